@@ -1,0 +1,1 @@
+"""snapops.config: the TOML config schema, defaults and loader."""

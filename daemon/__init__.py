@@ -1,0 +1,1 @@
+"""snapops.daemon: WAL, client, spool, pipeline stages, ledger, git, push queue, service."""

@@ -1,0 +1,143 @@
+"""The snapops error hierarchy.
+
+Every parser raises only these (never KeyError, struct.error, UnicodeDecodeError...).
+`FormatError` carries where the problem is and prints as ``file:line: expected X, got Y``.
+"""
+
+from __future__ import annotations
+
+
+class SnapopsError(Exception):
+    """Root of every error snapops raises on purpose."""
+
+
+class FormatError(SnapopsError, ValueError):
+    """A file does not follow its format.
+
+    ``check`` names the failed check (``grammar``, ``parity``, ``crc32c``, ``chunk_sha256``,
+    ``array_sha256``, ``hmac``, ``sha256_all``, ``merkle``, ``fastxor``, ``signature``, ...).
+    """
+
+    check = "grammar"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        offset: int | None = None,
+        expected: str | None = None,
+        got: object = None,
+        array: str | None = None,
+        chunk: int | None = None,
+        check: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.line = line
+        self.offset = offset
+        self.expected = expected
+        self.got = got
+        self.array = array
+        self.chunk = chunk
+        if check is not None:
+            self.check = check
+        super().__init__(str(self))
+
+    def located(self, path: str) -> "FormatError":
+        """Return self with ``path`` filled in (parsers often do not know the file name)."""
+        if self.path is None:
+            self.path = path
+            self.args = (str(self),)
+        return self
+
+    def where(self) -> str:
+        parts = [self.path or "<input>"]
+        if self.line is not None:
+            parts.append(str(self.line))
+        elif self.offset is not None:
+            parts.append(f"@{self.offset}")
+        return ":".join(parts)
+
+    def __str__(self) -> str:
+        context = []
+        if self.array is not None:
+            context.append(f"array {self.array}")
+        if self.chunk is not None:
+            context.append(f"chunk {self.chunk}")
+        prefix = f"{self.where()}: [{self.check}]"
+        if context:
+            prefix += " " + ", ".join(context) + ":"
+        body = []
+        if self.message:
+            body.append(self.message)
+        if self.expected is not None:
+            got = self.got if isinstance(self.got, str) else repr(self.got)
+            if len(got) > 120:
+                got = got[:117] + "..."
+            body.append(f"expected {self.expected}, got {got}")
+        return f"{prefix} {'; '.join(body) or 'invalid'}"
+
+    def to_dict(self) -> dict:
+        return {
+            "check": self.check,
+            "path": self.path,
+            "line": self.line,
+            "offset": self.offset,
+            "array": self.array,
+            "chunk": self.chunk,
+            "expected": self.expected,
+            "got": None if self.got is None else str(self.got),
+            "message": str(self),
+        }
+
+
+class TruncatedError(FormatError):
+    """The input ended before the format said it would."""
+
+    check = "truncated"
+
+
+class LimitError(FormatError):
+    """A declared size, count or depth exceeds what the format (or snapops) allows."""
+
+    check = "limit"
+
+
+class ChecksumError(FormatError):
+    """Content does not match its stored hash, CRC, parity or MAC."""
+
+    check = "checksum"
+
+
+class SignatureError(FormatError):
+    """A signature is missing, malformed, untrusted or does not verify."""
+
+    check = "signature"
+
+
+class UnsupportedVersionError(FormatError):
+    """The file is of a version or variant snapops does not read."""
+
+    check = "version"
+
+
+class DataError(SnapopsError, ValueError):
+    """Input data cannot be written in the requested format (dtype, name, shape...)."""
+
+
+class KeyMaterialError(SnapopsError, ValueError):
+    """A key file is missing, malformed or of the wrong kind."""
+
+
+class ConfigError(SnapopsError, ValueError):
+    """Invalid configuration; the message names the key path."""
+
+
+class GitError(SnapopsError):
+    """A Git operation failed."""
+
+
+class PushError(GitError):
+    """Pushing to a remote failed (the resend queue retries these)."""

@@ -1,0 +1,119 @@
+"""Key files: Ed25519 signing keys (PKCS#8 PEM), HMAC keys (64 hex + LF), age identities.
+
+``snapops keys generate DIR`` writes one of each with owner-only permissions for secrets.
+Secret key material is never printed or logged; errors name the file, not its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .atomic import atomic_write_bytes
+from .errors import KeyMaterialError
+
+_HMAC_HEX = re.compile(rb"[0-9a-f]{64}\n?")
+MAX_KEY_FILE = 64 * 1024
+
+
+def _read_small(path: str | os.PathLike, what: str) -> bytes:
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_KEY_FILE:
+            raise KeyMaterialError(f"{p}: {what} file is larger than {MAX_KEY_FILE} bytes")
+        return p.read_bytes()
+    except OSError as exc:
+        raise KeyMaterialError(f"{p}: cannot read {what}: {exc.strerror}") from exc
+
+
+def load_hmac_key(path: str | os.PathLike) -> bytes:
+    """Read a 32-byte HMAC key stored as 64 lowercase hex digits and an optional LF."""
+    data = _read_small(path, "HMAC key")
+    if not _HMAC_HEX.fullmatch(data):
+        raise KeyMaterialError(f"{path}: expected 64 lowercase hex digits and LF (an HMAC key)")
+    return bytes.fromhex(data[:64].decode("ascii"))
+
+
+def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
+    """Read an Ed25519 private key (PKCS#8 PEM, unencrypted)."""
+    data = _read_small(path, "signing key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise KeyMaterialError(f"{path}: not an unencrypted PKCS#8 PEM private key") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyMaterialError(f"{path}: expected an Ed25519 private key, got {type(key).__name__}")
+    return key
+
+
+def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
+    """Read an Ed25519 public key (SubjectPublicKeyInfo PEM)."""
+    data = _read_small(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise KeyMaterialError(f"{path}: not a PEM public key") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyMaterialError(f"{path}: expected an Ed25519 public key, got {type(key).__name__}")
+    return key
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def keyid(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """First 8 bytes of SHA-256 over the 32-byte raw public key, as 16 hex digits."""
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    return hashlib.sha256(raw_public(key)).hexdigest()[:16]
+
+
+def load_trusted_keys(sources: list[str | os.PathLike]) -> dict[str, Ed25519PublicKey]:
+    """Public keys from files and folders (every ``*.pub`` in a folder), indexed by keyid."""
+    keys: dict[str, Ed25519PublicKey] = {}
+    for source in sources:
+        p = Path(source)
+        files = sorted(p.glob("*.pub")) if p.is_dir() else [p]
+        if p.is_dir() and not files:
+            raise KeyMaterialError(f"{p}: folder holds no *.pub files")
+        for file in files:
+            key = load_public_key(file)
+            keys[keyid(key)] = key
+    return keys
+
+
+def generate_keys(folder: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Path]:
+    """Write signing.key/.pub, hmac.key, age.key/.pub into ``folder``; secrets get mode 0600."""
+    import pyrage
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["signing.key", "signing.pub", "hmac.key", "age.key", "age.pub"]
+    existing = [n for n in names if (out / n).exists()]
+    if existing and not overwrite:
+        raise KeyMaterialError(f"{out}: refusing to overwrite existing {', '.join(existing)}")
+    signing = Ed25519PrivateKey.generate()
+    identity = pyrage.x25519.Identity.generate()
+    files = {
+        "signing.key": (signing.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()), 0o600),
+        "signing.pub": (signing.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644),
+        "hmac.key": (os.urandom(32).hex().encode("ascii") + b"\n", 0o600),
+        "age.key": (str(identity).encode("ascii") + b"\n", 0o600),
+        "age.pub": (str(identity.to_public()).encode("ascii") + b"\n", 0o644),
+    }
+    written = {}
+    for name, (data, mode) in files.items():
+        atomic_write_bytes(out / name, data, mode=mode)
+        os.chmod(out / name, mode)
+        written[name] = out / name
+    return written

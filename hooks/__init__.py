@@ -1,0 +1,1 @@
+"""snapops.hooks: verification used by git hooks and CI, hook installer, review diffs."""

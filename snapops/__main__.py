@@ -1,0 +1,5 @@
+import sys
+
+from snapops.cli import main
+
+sys.exit(main())

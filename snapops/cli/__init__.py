@@ -1,0 +1,60 @@
+"""The ``snapops`` command line: ``main(argv=None) -> int``.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``; the module list
+below is the only place that knows them all. Exit codes: 0 ok, 1 verification failed,
+2 usage/input/config error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from snapops.formats.errors import SnapopsError
+
+from ._common import EXIT_INPUT, EXIT_INTERRUPTED, CommandFailed, report_error
+
+COMMAND_MODULES = [
+    "convert",
+    "verify",
+    "inspect",
+    "keys",
+    "bench",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="snapops",
+        description="Safe, verifiable, Git-reviewable weight snapshots for ML training runs.",
+        epilog="example: snapops convert state.npz state.wtxt --gen 1 --row-blocking",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from snapops import __version__
+
+    parser.add_argument("--version", action="version", version=f"snapops {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"snapops.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    try:
+        return int(args.func(args) or 0)
+    except CommandFailed as exc:
+        return exc.code
+    except SnapopsError as exc:
+        report_error(exc)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
