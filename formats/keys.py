@@ -117,3 +117,37 @@ def generate_keys(folder: str | os.PathLike, *, overwrite: bool = False) -> dict
         os.chmod(out / name, mode)
         written[name] = out / name
     return written
+
+
+def coerce_hmac_key(value) -> bytes | None:
+    """Accept raw key bytes or a path to a key file."""
+    if value is None or isinstance(value, bytes):
+        return value
+    return load_hmac_key(value)
+
+
+def coerce_signing_key(value) -> Ed25519PrivateKey | None:
+    if value is None or isinstance(value, Ed25519PrivateKey):
+        return value
+    return load_signing_key(value)
+
+
+def coerce_trusted(value) -> dict[str, Ed25519PublicKey]:
+    """Accept None, a keyid->key dict, one key, or paths (files or folders of .pub)."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, Ed25519PublicKey):
+        return {keyid(value): value}
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    keys: dict[str, Ed25519PublicKey] = {}
+    paths = []
+    for item in value:
+        if isinstance(item, Ed25519PublicKey):
+            keys[keyid(item)] = item
+        else:
+            paths.append(item)
+    keys.update(load_trusted_keys(paths))
+    return keys

@@ -1,0 +1,61 @@
+"""Integrity helpers shared by the formats: CRC32C, SHA-256, fastxor, merkle links."""
+
+from __future__ import annotations
+
+import hashlib
+
+import crc32c as _crc32c
+import numpy as np
+
+ZERO_HASH = "0" * 64
+
+
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C (Castagnoli); ``value`` continues a running CRC. Releases the GIL on big inputs."""
+    return _crc32c.crc32c(data, value=value)
+
+
+def sha256_hex(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def merkle_link(merkle_prev: str, hash_all: str, ts: str, gen: str, build: str) -> str:
+    """``SHA256(merkle_prev_32 || hash_all_32 || ts || gen || build)`` as hex (ASCII text fields)."""
+    h = hashlib.sha256(bytes.fromhex(merkle_prev) + bytes.fromhex(hash_all))
+    h.update(f"{ts}{gen}{build}".encode("ascii"))
+    return h.hexdigest()
+
+
+class FastXor:
+    """XOR of little-endian u64 words over a byte stream fed in pieces (zero-padded at the end).
+
+    Pieces need not be 8-byte aligned: each byte lands in the lane given by its stream offset.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.lanes = np.zeros(8, np.uint8)
+        self.words = np.uint64(0)
+
+    def update(self, data) -> None:
+        buf = np.frombuffer(data, np.uint8)
+        n = buf.size
+        if n == 0:
+            return
+        head = (-self.offset) % 8
+        head = min(head, n)
+        if head:
+            start = self.offset % 8
+            self.lanes[start:start + head] ^= buf[:head]
+        body = buf[head:]
+        full = body.size // 8 * 8
+        if full:
+            self.words ^= np.bitwise_xor.reduce(body[:full].view("<u8"))
+        tail = body[full:]
+        if tail.size:
+            self.lanes[:tail.size] ^= tail
+        self.offset += n
+
+    def hexdigest(self) -> str:
+        total = self.words ^ self.lanes.view("<u8")[0]
+        return f"{int(total):016x}"

@@ -1,0 +1,313 @@
+"""Streaming WTXT parser: header, arrays and trailer, with every check of the two spec files.
+
+One code path serves ``verify`` (discard the bytes), ``load`` (keep them) and lazy access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac as _hmac
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable
+
+import numpy as np
+import pybase64
+
+from ..errors import ChecksumError, FormatError, SignatureError, TruncatedError, UnsupportedVersionError
+from ..integrity import FastXor, merkle_link
+from ._chunks import ChunkReader
+from ._grammar import (
+    MAGIC, MAX_LINE, ROOT_PENDING, SIGN_RE, ZERO16, ZERO64, ArrLine, Meta, Root, AUDIT_RE,
+    grammar_error, parse_arr, parse_cap, parse_idx, parse_meta, parse_root, row_size, check_caps,
+)
+from ._plan import ChunkPlan, plan_for
+from ._reader import LineReader
+
+
+@dataclass
+class Header:
+    meta: Meta
+    caps: list[str]
+    root: Root | None              # None for a streaming (root_pending) file
+    signature: bytes | None = None  # raw 64-byte Ed25519 signature
+    keyid: str | None = None
+    signed: bytes = b""            # the bytes the sign line covers
+    lines: int = 4                 # number of header lines (incl. sign)
+
+    @property
+    def pending(self) -> bool:
+        return self.root is None
+
+
+@dataclass
+class ArrayInfo:
+    line: ArrLine
+    line_no: int
+    plan: ChunkPlan
+    idx: tuple[int, int] | None
+    text_offset: int = 0           # byte offset of the arr line
+    body_offset: int = 0           # byte offset of the first ch line (set by lazy scans)
+    body_line: int = 0
+
+
+@dataclass
+class Checks:
+    """What the caller wants checked, and what it has to check with."""
+
+    hmac_key: bytes | None = None
+    trusted: dict = field(default_factory=dict)      # keyid -> Ed25519PublicKey
+    wsum_root: Root | None = None                    # root values from a WSUM file
+    wsum_line: int = 1
+    wsum_path: str | None = None
+
+
+def read_header(reader: LineReader) -> Header:
+    no, magic = reader.readline()
+    if magic != MAGIC:
+        if magic.startswith(b"WTXT "):
+            raise UnsupportedVersionError(line=no, expected="WTXT 1", got=magic[:20])
+        raise grammar_error(no, "WTXT 1", magic)
+    raw = [magic]
+    no, line = reader.readline()
+    meta = parse_meta(line, no)
+    raw.append(line)
+    no, line = reader.readline()
+    caps = parse_cap(line, no)
+    raw.append(line)
+    no, line = reader.readline()
+    root = None if line == ROOT_PENDING else parse_root(line, no) if line.startswith(b"root ") else None
+    if root is None and line != ROOT_PENDING:
+        raise grammar_error(no, "root sha256_all= ... or root_pending", line)
+    raw.append(line)
+    header = Header(meta, caps, root, signed=b"\n".join(raw) + b"\n")
+    return header
+
+
+def read_sign(reader: LineReader, header: Header) -> tuple[int, bytes]:
+    """Consume an optional sign line; return the next line."""
+    no, line = reader.readline()
+    if not line.startswith(b"sign "):
+        return no, line
+    m = SIGN_RE.fullmatch(line)
+    sig = _canonical_b64(m.group(1)) if m else None
+    if sig is None or len(sig) != 64:
+        raise SignatureError(line=no, expected="sign ed25519=<base64 of 64 bytes> keyid=<hex16>",
+                             got=line.decode("ascii", "replace"))
+    header.signature, header.keyid, header.lines = sig, m.group(2).decode(), 5
+    return reader.readline()
+
+
+def _canonical_b64(text: bytes) -> bytes | None:
+    try:
+        raw = pybase64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    return raw if pybase64.b64encode(raw) == text else None
+
+
+def check_signature(header: Header, checks: Checks, require: bool, notes: list[str]) -> None:
+    sign_line = 5 if header.signature is not None else 4
+    if header.signature is None:
+        if checks.trusted or require:
+            raise SignatureError(line=sign_line, expected="a sign line (signature required)",
+                                 got="no sign line")
+        notes.append("unsigned: no sign line")
+        return
+    if not checks.trusted:
+        if require:
+            raise SignatureError(line=sign_line, expected="a trusted public key to check keyid "
+                                 f"{header.keyid}", got="no trusted keys given")
+        notes.append(f"signature by keyid {header.keyid} not checked (no trusted key given)")
+        return
+    key = checks.trusted.get(header.keyid)
+    if key is None:
+        raise SignatureError(line=sign_line, expected="keyid of a trusted key: "
+                             + ",".join(sorted(checks.trusted)), got=header.keyid)
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        key.verify(header.signature, header.signed)
+    except InvalidSignature:
+        raise SignatureError(line=sign_line, expected=f"a valid Ed25519 signature by {header.keyid}",
+                             got="signature does not verify") from None
+
+
+def read_array_head(reader: LineReader, no: int, line: bytes, prev_name: str | None) -> ArrayInfo:
+    offset = reader.offset - len(line) - 1
+    arr = parse_arr(line, no)
+    if prev_name is not None and arr.name.encode() <= prev_name.encode():
+        raise grammar_error(no, f"arrays in strictly increasing name order (after {prev_name})",
+                            line[:60], array=arr.name)
+    idx = None
+    peek_no, peek = reader.readline()
+    if peek.startswith(b"idx "):
+        idx = parse_idx(peek, peek_no)
+        if not arr.shape:
+            raise grammar_error(peek_no, "no idx line for a 0-d array", peek, array=arr.name)
+        if idx[1] != row_size(arr) or idx[0] < 1:
+            raise grammar_error(peek_no, f"rows_per_chunk >= 1 and row_size={row_size(arr)}",
+                                peek, array=arr.name)
+    else:
+        reader.pushback([peek + b"\n"])
+    plan = plan_for(arr, idx[0] if idx else None, idx[1] if idx else None)
+    return ArrayInfo(arr, no, plan, idx, offset)
+
+
+def verify_array_mac(info: ArrayInfo, checks: Checks, gen: str, mac_value: str | None,
+                     notes: list[str]) -> None:
+    arr = info.line
+    if checks.hmac_key is not None:
+        salt = _hmac.new(checks.hmac_key, b"wtxt-salt" + gen.encode() + arr.name.encode(),
+                         "sha256").digest()[:8].hex()
+        if arr.unauthenticated:
+            raise ChecksumError(line=info.line_no, array=arr.name, check="hmac",
+                                expected="an HMAC (a key was given)", got="hmac=0 (unauthenticated)")
+        if arr.salt != salt:
+            raise ChecksumError(line=info.line_no, array=arr.name, check="hmac",
+                                expected=f"salt={salt} (derived from the key)", got=arr.salt)
+        if mac_value != arr.hmac:
+            raise ChecksumError(line=info.line_no, array=arr.name, check="hmac",
+                                expected=f"hmac={arr.hmac}", got=mac_value)
+        return
+    if arr.unauthenticated and arr.salt != ZERO16:
+        raise ChecksumError(line=info.line_no, array=arr.name, check="hmac",
+                            expected="salt=0000000000000000 with hmac=0", got=arr.salt)
+    if arr.unauthenticated:
+        notes.append(f"array {arr.name}: unauthenticated (hmac=0)")
+    else:
+        notes.append(f"array {arr.name}: hmac not checked (no key given)")
+
+
+@dataclass
+class ParseResult:
+    header: Header
+    arrays: list[ArrayInfo]
+    audit: str | None
+    sha256_all: str
+    fastxor: str
+    notes: list[str]
+    root: Root | None = None
+
+
+class _Lanes:
+    """Ordered background hashing: one thread per running hash, bounded backlog."""
+
+    def __init__(self, count: int) -> None:
+        self.pools = [ThreadPoolExecutor(1, thread_name_prefix="wtxt-hash") for _ in range(count)]
+        self.backlog: list = []
+
+    def submit(self, lane: int, fn, *args):
+        fut = self.pools[lane].submit(fn, *args)
+        self.backlog.append(fut)
+        if len(self.backlog) > 16:
+            self.backlog.pop(0).result()
+        return fut
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+ArraySink = Callable[[ArrayInfo], Callable[[bytes], None] | None]
+
+
+def parse_stream(stream: BinaryIO, checks: Checks, *, sink: ArraySink | None = None,
+                 require_signature: bool = False, threads: int = 2) -> ParseResult:
+    """Parse and check a whole WTXT stream; raise the first FormatError found."""
+    notes: list[str] = []
+    reader = LineReader(stream, max_line=MAX_LINE)
+    header = read_header(reader)
+    no, line = read_sign(reader, header)
+    check_signature(header, checks, require_signature, notes)
+    gen = header.meta.gen
+    total, fx = hashlib.sha256(), FastXor()
+    arrays: list[ArrayInfo] = []
+    lanes = _Lanes(2)
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="wtxt-decode") if threads > 1 else None
+    try:
+        while line.startswith(b"arr "):
+            info = read_array_head(reader, no, line, arrays[-1].line.name if arrays else None)
+            _read_array_body(reader, info, checks, gen, sink, pool, lanes, total, fx, notes)
+            arrays.append(info)
+            no, line = reader.readline()
+    finally:
+        lanes.close()
+        if pool:
+            pool.shutdown(wait=True, cancel_futures=True)
+    audit = None
+    if line.startswith(b"audit"):
+        if not AUDIT_RE.fullmatch(line):
+            raise grammar_error(no, 'audit key=value ... (values "quoted" or without spaces)', line)
+        audit = line[6:].decode("ascii")
+        no, line = reader.readline()
+    if line != b"endwtxt":
+        raise grammar_error(no, "arr, audit or endwtxt", line)
+    if not reader.at_eof():
+        raise grammar_error(reader.line_no, "end of file after endwtxt", reader.read_exact(40))
+    result = ParseResult(header, arrays, audit, total.hexdigest(), fx.hexdigest(), notes)
+    check_caps(header.caps, any(not a.line.unauthenticated for a in arrays),
+               any(a.idx is not None for a in arrays), 3)
+    check_root(result, checks)
+    return result
+
+
+def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, pool, lanes,
+                     total, fx, notes) -> None:
+    arr = info.line
+    sha = hashlib.sha256()
+    mac = None
+    if checks.hmac_key is not None and not arr.unauthenticated:
+        mac = _hmac.new(checks.hmac_key, bytes.fromhex(arr.salt), "sha256")
+    lanes.submit(1, total.update, arr.line().encode("ascii"))
+    consume = sink(info) if sink else None
+    for raw in ChunkReader(reader, arr.name, info.plan, pool):
+        lanes.submit(0, _update_array, sha, mac, raw)
+        lanes.submit(1, _update_all, total, fx, raw)
+        if consume:
+            consume(raw)
+    no, end = reader.readline()
+    if end != b"endarr":
+        raise grammar_error(no, "endarr", end, array=arr.name)
+    digest = lanes.submit(0, sha.hexdigest).result()
+    if digest != arr.sha256:
+        raise ChecksumError(line=info.line_no, array=arr.name, check="array_sha256",
+                            expected=f"sha256={arr.sha256}", got=digest)
+    mac_value = lanes.submit(0, mac.hexdigest).result() if mac else None
+    verify_array_mac(info, checks, gen, mac_value, notes)
+
+
+def _update_array(sha, mac, raw: bytes) -> None:
+    sha.update(raw)
+    if mac is not None:
+        mac.update(raw)
+
+
+def _update_all(total, fx: FastXor, raw: bytes) -> None:
+    total.update(raw)
+    fx.update(raw)
+
+
+def check_root(result: ParseResult, checks: Checks) -> None:
+    header, meta = result.header, result.header.meta
+    if header.pending:
+        if checks.wsum_root is None:
+            raise FormatError(line=4, check="wsum", expected="the WSUM file that finalizes this "
+                              "root_pending snapshot (PATH.wsum or --wsum FILE)", got="no WSUM")
+        root, where = checks.wsum_root, dict(path=checks.wsum_path, line=checks.wsum_line)
+    else:
+        if checks.wsum_root is not None:
+            raise FormatError(line=4, check="wsum", expected="no WSUM for a file with a root line",
+                              got="a WSUM was given")
+        root, where = header.root, dict(line=4)
+    result.root = root
+    if root.sha256_all != result.sha256_all:
+        raise ChecksumError(check="sha256_all", expected=f"sha256_all={root.sha256_all}",
+                            got=result.sha256_all, **where)
+    link = merkle_link(root.merkle_prev, root.sha256_all, meta.ts, meta.gen, meta.build)
+    if link != root.merkle_this:
+        raise ChecksumError(check="merkle", expected=f"merkle_this={link}", got=root.merkle_this,
+                            **where)
+    if not header.pending and root.fastxor != result.fastxor:
+        raise ChecksumError(check="fastxor", expected=f"fastxor={root.fastxor}",
+                            got=result.fastxor, **where)

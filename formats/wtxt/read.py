@@ -1,0 +1,220 @@
+"""Reading WTXT: ``load`` (all arrays, fully checked), ``open_lazy`` (one array at a time),
+``read_header`` (the first lines only, for ledgers and hooks)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FormatError, LimitError, TruncatedError
+from ..keys import coerce_hmac_key, coerce_trusted
+from ..model import Snapshot
+from ._chunks import ChunkReader
+from ._grammar import MAX_LINE, Meta, Root
+from ._parse import (
+    ArrayInfo, Checks, Header, parse_stream, read_array_head, read_header as _read_header,
+    read_sign, verify_array_mac,
+)
+from ._plan import body_len, chunk_text_len
+from ._prepare import unmap_name
+from ._reader import LineReader
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    """The header of a WTXT file as plain values."""
+
+    schema: str
+    gen: int
+    gen_text: str
+    ts: str
+    build: str
+    host: str
+    cuda: str
+    caps: tuple[str, ...]
+    root_pending: bool
+    sha256_all: str | None
+    merkle_prev: str | None
+    merkle_this: str | None
+    fastxor: str | None
+    keyid: str | None
+
+
+def _open(path):
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise FormatError(path=os.fspath(path), expected="a readable file", got=exc.strerror) from exc
+
+
+def read_header(path: str | os.PathLike) -> HeaderInfo:
+    """Parse only the header lines (cheap; no content checks)."""
+    with _open(path) as f:
+        reader = LineReader(f, max_line=MAX_LINE)
+        try:
+            header = _read_header(reader)
+            read_sign(reader, header)
+        except FormatError as exc:
+            raise exc.located(os.fspath(path))
+    return header_info(header)
+
+
+def header_info(header: Header) -> HeaderInfo:
+    m, r = header.meta, header.root
+    return HeaderInfo(m.schema, int(m.gen), m.gen, m.ts, m.build, m.host, m.cuda,
+                      tuple(header.caps), r is None, r.sha256_all if r else None,
+                      r.merkle_prev if r else None, r.merkle_this if r else None,
+                      r.fastxor if r else None, header.keyid)
+
+
+def _array_sink(arrays: dict, size_left):
+    def sink(info: ArrayInfo):
+        arr = info.line
+        if size_left is not None and body_len(arr.nbytes) > size_left():
+            raise TruncatedError(line=info.line_no, array=arr.name,
+                                 expected=f"text for {arr.nbytes} bytes", got="a shorter file")
+        out = np.empty(arr.nbytes, np.uint8)
+        pos = [0]
+
+        def consume(raw: bytes) -> None:
+            out[pos[0]:pos[0] + len(raw)] = np.frombuffer(raw, np.uint8)
+            pos[0] += len(raw)
+
+        arrays[arr.name] = (out, arr)
+        return consume
+    return sink
+
+
+def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
+         unmap_names: bool = False, threads: int = 2) -> Snapshot:
+    """Read every array, checking everything ``verify`` checks (keys optional).
+
+    >>> snap = load("state.wtxt"); snap["w"].dtype
+    dtype('float32')
+    """
+    from .verify import resolve_wsum
+
+    name = os.fspath(path)
+    checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys))
+    arrays: dict = {}
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            resolve_wsum(checks, name, f, wsum, [])
+            result = parse_stream(f, checks, sink=_array_sink(arrays, lambda: size - f.tell() + (1 << 20)),
+                                  threads=threads)
+        except FormatError as exc:
+            raise exc.located(name)
+    out = {}
+    for key, (buf, arr) in arrays.items():
+        value = buf.view(arr.np_dtype).reshape(arr.shape)
+        out[unmap_name(key) if unmap_names else key] = value
+    meta = header_info(result.header).__dict__ | {"audit": result.audit, "format": "wtxt"}
+    if result.root is not None:
+        meta.update(sha256_all=result.root.sha256_all, merkle_prev=result.root.merkle_prev,
+                    merkle_this=result.root.merkle_this)
+    return Snapshot(out, meta)
+
+
+class LazyWtxt:
+    """Index of a WTXT file; ``lazy[name]`` decodes one array (chunk and array hashes checked,
+    HMAC too with a key). The root hash needs every array: use ``verify`` for that.
+
+    >>> with open_lazy("state.wtxt") as lazy:
+    ...     emb = lazy["emb"]
+    """
+
+    def __init__(self, path: str | os.PathLike, *, hmac_key=None) -> None:
+        self.path = os.fspath(path)
+        self.hmac_key = coerce_hmac_key(hmac_key)
+        self._file = _open(path)
+        self.size = os.fstat(self._file.fileno()).st_size
+        try:
+            self.header, self.infos = self._scan()
+        except FormatError as exc:
+            self._file.close()
+            raise exc.located(self.path)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _scan(self) -> tuple[Header, dict[str, ArrayInfo]]:
+        reader = LineReader(self._file, max_line=MAX_LINE)
+        header = _read_header(reader)
+        no, line = read_sign(reader, header)
+        infos: dict[str, ArrayInfo] = {}
+        prev = None
+        while line.startswith(b"arr "):
+            info = read_array_head(reader, no, line, prev)
+            skip = sum(count * chunk_text_len(first, length)
+                       for first, count, length in info.plan.runs(1 << 62))
+            body_at, body_line = reader.offset, reader.line_no
+            if body_at + skip > self.size:
+                raise TruncatedError(line=no, array=info.line.name,
+                                     expected=f"{skip} bytes of chunks", got="a shorter file")
+            lines = sum(count * (2 + -(-length // 57)) for first, count, length
+                        in info.plan.runs(1 << 62))
+            info.body_offset, info.body_line = body_at, body_line
+            self._file.seek(body_at + skip)
+            reader = LineReader(self._file, max_line=MAX_LINE, line_no=body_line + lines,
+                                offset=body_at + skip)
+            no, end = reader.readline()
+            if end != b"endarr":
+                raise FormatError(line=no, array=info.line.name, expected="endarr",
+                                  got=end[:40].decode("ascii", "replace"))
+            infos[info.line.name] = info
+            prev = info.line.name
+            no, line = reader.readline()
+        return header, infos
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.infos)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        info = self.infos[name]
+        self._file.seek(info.body_offset)
+        reader = LineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
+                            offset=info.body_offset)
+        import hashlib
+        import hmac as _hmac
+
+        arr = info.line
+        sha = hashlib.sha256()
+        mac = (_hmac.new(self.hmac_key, bytes.fromhex(arr.salt), "sha256")
+               if self.hmac_key and not arr.unauthenticated else None)
+        out = np.empty(arr.nbytes, np.uint8)
+        pos = 0
+        try:
+            for raw in ChunkReader(reader, arr.name, info.plan, None):
+                sha.update(raw)
+                if mac:
+                    mac.update(raw)
+                out[pos:pos + len(raw)] = np.frombuffer(raw, np.uint8)
+                pos += len(raw)
+            if sha.hexdigest() != arr.sha256:
+                from ..errors import ChecksumError
+
+                raise ChecksumError(line=info.line_no, array=name, check="array_sha256",
+                                    expected=f"sha256={arr.sha256}", got=sha.hexdigest())
+            verify_array_mac(info, Checks(self.hmac_key), self.header.meta.gen,
+                             mac.hexdigest() if mac else None, [])
+        except FormatError as exc:
+            raise exc.located(self.path)
+        return out.view(arr.np_dtype).reshape(arr.shape)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "LazyWtxt":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_lazy(path: str | os.PathLike, **options) -> LazyWtxt:
+    return LazyWtxt(path, **options)
