@@ -83,10 +83,12 @@ class ChunkReader:
                     yield self.read_chunk(ix)
                 continue
             start = first * plan.chunk_len
-            block = self.reader.read_exact(count * chunk_text_len(first, length))
+            lines = count * (2 + lines_for(length))
+            block = self.reader.read_exact(count * chunk_text_len(first, length), lines)
+            credited = lines if len(block) == count * chunk_text_len(first, length) else block.count(b"\n")
             job = (self.pool.submit(decode_run, block, first, count, length, start) if self.pool
                    else _done(decode_run(block, first, count, length, start)))
-            window.append((job, block, first, count))
+            window.append((job, block, first, count, credited))
             while len(window) > MAX_IN_FLIGHT or (window and window[0][0].done()):
                 raw, fallback = self._take(window)
                 if fallback is not None:
@@ -100,7 +102,7 @@ class ChunkReader:
         yield from self._drain(window)
 
     def _take(self, window):
-        job, block, first, count = window[0]
+        job, block, first, count, _ = window[0]
         raw = job.result()
         if raw is not None:
             window.popleft()
@@ -110,8 +112,9 @@ class ChunkReader:
         for entry in window:
             entry[0].cancel()
         span = (first, sum(entry[3] for entry in window))
+        credited = sum(entry[4] for entry in window)
         window.clear()
-        self.reader.pushback(blocks)
+        self.reader.pushback(blocks, credited)
         return None, span
 
     def _drain(self, window):

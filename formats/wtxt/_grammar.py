@@ -170,8 +170,12 @@ def expected_caps(hmac_used: bool, row_blocking: bool) -> list[str]:
     return caps
 
 
-def check_caps(caps: list[str], hmac_used: bool, row_blocking: bool, no: int) -> None:
-    """Known entries must be exactly what the content implies; unknown ones sorted after."""
+def check_caps(caps: list[str], hmac_used: bool | None, row_blocking: bool, no: int) -> None:
+    """Known entries must be exactly what the content implies; unknown ones sorted after.
+
+    ``hmac_used=None`` (no arrays: nothing shows whether a key was used) accepts both."""
+    if hmac_used is None:
+        hmac_used = "arr_hmac" in caps[:3]
     want = expected_caps(hmac_used, row_blocking)
     known, unknown = caps[:len(want)], caps[len(want):]
     bad_unknown = any(u in KNOWN_CAPS for u in unknown) or unknown != sorted(set(unknown))

@@ -109,13 +109,12 @@ def _separators_ok(seps: np.ndarray, _width: int) -> bool:
 
 
 def _padding_ok(chars: np.ndarray, length: int) -> bool:
-    """'=' only as the final padding, and zero padding bits (canonical base64)."""
+    """'=' exactly as the final padding and zero padding bits (canonical base64); pybase64's
+    validate=True rejects any other character or a misplaced '='."""
     pad = (3 - length % 3) % 3
-    data = chars[:, :chars.shape[1] - pad]
-    if pad and not (chars[:, -pad:] == ord("=")).all():
+    if not pad:
+        return True
+    if not (chars[:, -pad:] == ord("=")).all():
         return False
-    values = B64_VALUE[data[:, -1]] if data.shape[1] else None
-    if values is None or (B64_VALUE[data] == 0xFF).any():
-        return False
-    mask = {0: 0, 1: 0x3, 2: 0xF}[pad]
-    return not (values & mask).any()
+    values = B64_VALUE[chars[:, -pad - 1]]
+    return not (values & {1: 0x3, 2: 0xF}[pad]).any()

@@ -149,7 +149,7 @@ def read_array_head(reader: LineReader, no: int, line: bytes, prev_name: str | N
             raise grammar_error(peek_no, f"rows_per_chunk >= 1 and row_size={row_size(arr)}",
                                 peek, array=arr.name)
     else:
-        reader.pushback([peek + b"\n"])
+        reader.pushback([peek + b"\n"], 1)
     plan = plan_for(arr, idx[0] if idx else None, idx[1] if idx else None)
     return ArrayInfo(arr, no, plan, idx, offset)
 
@@ -204,9 +204,10 @@ class _Lanes:
             self.backlog.pop(0).result()
         return fut
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
+        """Finish queued work (or drop it when ``cancel``, after an error)."""
         for pool in self.pools:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 ArraySink = Callable[[ArrayInfo], Callable[[bytes], None] | None]
@@ -225,14 +226,16 @@ def parse_stream(stream: BinaryIO, checks: Checks, *, sink: ArraySink | None = N
     arrays: list[ArrayInfo] = []
     lanes = _Lanes(2)
     pool = ThreadPoolExecutor(threads, thread_name_prefix="wtxt-decode") if threads > 1 else None
+    failed = True
     try:
         while line.startswith(b"arr "):
             info = read_array_head(reader, no, line, arrays[-1].line.name if arrays else None)
             _read_array_body(reader, info, checks, gen, sink, pool, lanes, total, fx, notes)
             arrays.append(info)
             no, line = reader.readline()
+        failed = False
     finally:
-        lanes.close()
+        lanes.close(cancel=failed)
         if pool:
             pool.shutdown(wait=True, cancel_futures=True)
     audit = None
@@ -246,7 +249,7 @@ def parse_stream(stream: BinaryIO, checks: Checks, *, sink: ArraySink | None = N
     if not reader.at_eof():
         raise grammar_error(reader.line_no, "end of file after endwtxt", reader.read_exact(40))
     result = ParseResult(header, arrays, audit, total.hexdigest(), fx.hexdigest(), notes)
-    check_caps(header.caps, any(not a.line.unauthenticated for a in arrays),
+    check_caps(header.caps, any(not a.line.unauthenticated for a in arrays) if arrays else None,
                any(a.idx is not None for a in arrays), 3)
     check_root(result, checks)
     return result

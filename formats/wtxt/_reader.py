@@ -63,35 +63,43 @@ class LineReader:
                                      expected="a line ending in LF" if got else "more lines",
                                      got=got if got else "end of file")
 
-    def read_exact(self, size: int) -> bytes:
-        """Up to ``size`` bytes (fewer only at end of input); counts the LFs as lines."""
-        while len(self._buf) - self._pos < size and self._fill_more(size):
-            pass
-        block = self._buf[self._pos:self._pos + size]
-        self._pos += len(block)
-        self.line_no += block.count(b"\n")
+    def read_exact(self, size: int, lines: int | None = None) -> bytes:
+        """Up to ``size`` bytes (fewer only at end of input). ``lines`` is the number of LFs
+        the caller expects the block to hold; it is counted when not given or when short."""
+        have = len(self._buf) - self._pos
+        if have >= size:
+            block = self._buf[self._pos:self._pos + size]
+            self._pos += size
+        else:
+            parts = [self._buf[self._pos:]] if have else []
+            self._buf, self._pos = b"", 0
+            missing = size - have
+            while missing > 0:
+                if self._pending:
+                    piece = self._pending.pop()
+                    if len(piece) > missing:
+                        self._pending.append(piece[missing:])
+                        piece = piece[:missing]
+                elif self.eof:
+                    break
+                else:
+                    piece = self.stream.read(missing)
+                    if not piece:
+                        self.eof = True
+                        break
+                parts.append(piece)
+                missing -= len(piece)
+            block = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.line_no += lines if lines is not None and len(block) == size else block.count(b"\n")
         self.offset += len(block)
         return block
 
-    def _fill_more(self, size: int) -> bool:
-        if self._pending:
-            return self._fill()
-        if self.eof:
-            return False
-        need = size - (len(self._buf) - self._pos)
-        data = self.stream.read(max(need, READ_SIZE))
-        if not data:
-            self.eof = True
-            return False
-        self._buf = self._buf[self._pos:] + data
-        self._pos = 0
-        return True
-
-    def pushback(self, blocks: list[bytes]) -> None:
-        """Return ``blocks`` (in stream order, most recently read last) to the input."""
-        for block in reversed(blocks):
-            self.line_no -= block.count(b"\n")
+    def pushback(self, blocks: list[bytes], lines: int | None = None) -> None:
+        """Return ``blocks`` (in stream order) to the input; ``lines`` must be what was credited
+        for them when read (counted when None)."""
+        for block in blocks:
             self.offset -= len(block)
+        self.line_no -= lines if lines is not None else sum(b.count(b"\n") for b in blocks)
         rest = self._buf[self._pos:]
         if rest:
             self._pending.append(rest)

@@ -1,0 +1,1 @@
+"""``snapops bench``: throughput and memory measurements (never timed assertions in tests)."""

@@ -1,0 +1,35 @@
+"""snapops bench: measure throughput and memory on this machine."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ._common import add_command, parse_size
+
+
+def run_wtxt(args) -> int:
+    from snapops.bench.wtxt import render_wtxt, run_wtxt
+
+    result = run_wtxt(args.size, args.workdir, row_blocking=not args.no_row_blocking,
+                      threads=args.threads)
+    print(json.dumps(result, indent=2) if args.json else render_wtxt(result))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure throughput and memory",
+                       description="Benchmarks (numbers for the README, never test assertions).")
+    bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
+    w = add_command(
+        bsub, "wtxt", help="WTXT encode / verify / decode throughput",
+        description="Encode, verify and decode one model-like state; prints MB/s of raw array "
+                    "bytes and peak extra memory next to one hashlib SHA-256 pass.",
+        example="snapops bench wtxt --size 256MiB", func=run_wtxt)
+    w.add_argument("--size", type=parse_size, default=parse_size("256MiB"),
+                   help="raw bytes of state (default 256MiB)")
+    w.add_argument("--workdir", help="folder for the temporary file (default: $TMPDIR)")
+    w.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
+    w.add_argument("--no-row-blocking", action="store_true", help="32 KiB chunks instead")
+    w.add_argument("--json", action="store_true")
+    p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])

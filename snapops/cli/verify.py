@@ -1,0 +1,62 @@
+"""snapops verify: full verification of any supported file."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from snapops.formats.errors import FormatError
+from snapops.formats.registry import detect
+from snapops.formats.report import Report
+
+from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command
+
+
+def verify_one(path: str, args) -> Report:
+    try:
+        chosen = detect(path)
+    except FormatError as exc:
+        return Report(path=path, format="?").fail(exc)
+    if chosen.verify is None:
+        return Report(path=path, format=chosen.name).fail(
+            FormatError(f"snapops cannot verify {chosen.name} files", check="format"))
+    options = {}
+    if chosen.name == "wtxt":
+        options = {"hmac_key": args.hmac_key, "trusted_keys": args.trusted_key,
+                   "require_hmac": args.require_hmac, "require_signature": args.require_signature,
+                   "wsum": args.wsum}
+    return chosen.verify(path, **options)
+
+
+def run(args) -> int:
+    reports = [verify_one(path, args) for path in args.files]
+    if args.json:
+        json.dump([r.to_dict() for r in reports], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for report in reports:
+            stream = sys.stdout if report.ok else sys.stderr
+            print(report.summary(), file=stream)
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_VERIFY_FAILED
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "verify", help="verify snapshot files (exit 1 if any check fails)",
+        description="Check every hash, CRC, parity nibble, MAC and signature a file carries. "
+                    "The first failure is named by line, array, chunk and check. "
+                    "Unauthenticated arrays and a missing signature are reported as notes; "
+                    "they fail only with --require-hmac / --require-signature.",
+        example="snapops verify snapshots/*.wtxt --hmac-key keys/hmac.key "
+                "--trusted-key keys/ --require-signature --json",
+        func=run)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--hmac-key", help="HMAC key file: check every array's HMAC")
+    p.add_argument("--trusted-key", action="append", default=[],
+                   help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
+    p.add_argument("--require-signature", action="store_true",
+                   help="fail unless signed by a trusted key")
+    p.add_argument("--require-hmac", action="store_true",
+                   help="fail unless every array is authenticated with --hmac-key")
+    p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")

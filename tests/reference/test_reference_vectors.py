@@ -1,0 +1,187 @@
+"""The independent WTXT reference reproduces and accepts the shared test vectors."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .wtxt_ref import (
+    RefError, apply_delta, crc32c, make_delta, parse_wtxt, verify_wsum, write_wtxt,
+)
+
+VEC = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "wtxt"
+COMMON = dict(schema="weights/v1", ts="2026-01-02T03:04:05Z", build="vec1", host="cpu", cuda="off")
+
+def _read(name: str) -> bytes:
+    return (VEC / name).read_bytes()
+
+
+def _npz(name: str) -> dict[str, np.ndarray]:
+    with np.load(VEC / name) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return {"hmac": bytes.fromhex(_read("test-hmac.key").decode("ascii").strip()),
+            "sign": _read("test-signing.key"), "pub": _read("test-signing.pub")}
+
+
+def _g1_merkle() -> str:
+    return parse_wtxt(_read("g1-sealed.wtxt"))["root"]["merkle_this"]
+
+
+def _sealed(keys, gen: int, **extra) -> bytes:
+    return write_wtxt(_npz(f"g{gen}.npz"), gen=gen, row_blocking=True, hmac_key=keys["hmac"],
+                      sign_key_pem=keys["sign"], audit=f'note="vector g{gen}"', **COMMON, **extra)
+
+
+def _flip(data: bytes, pos: int, new: bytes) -> bytes:
+    return data[:pos] + new + data[pos + 1:]
+
+
+def test_crc32c_check_value():
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"") == 0
+
+
+def test_g1_plain_reproduced():
+    assert write_wtxt(_npz("g1.npz"), gen=1, **COMMON) == _read("g1-plain.wtxt")
+
+
+def test_g1_sealed_reproduced(keys):
+    assert _sealed(keys, 1) == _read("g1-sealed.wtxt")
+
+
+def test_g2_sealed_reproduced(keys):
+    assert _sealed(keys, 2, merkle_prev=_g1_merkle()) == _read("g2-sealed.wtxt")
+
+
+def test_delta_reproduced_and_applies():
+    g1, g2, delta = _read("g1-sealed.wtxt"), _read("g2-sealed.wtxt"), _read("g1-to-g2.wtxtdelta")
+    assert make_delta(g1, g2) == delta
+    assert apply_delta(g1, delta) == g2
+
+
+def test_stream_reproduced(keys):
+    wtxt, wsum = write_wtxt(_npz("g2.npz"), gen=2, streaming=True, sign_key_pem=keys["sign"],
+                            rows_per_chunk=4, merkle_prev=_g1_merkle(), **COMMON)
+    assert wtxt == _read("g2-stream.wtxt")
+    assert wsum == _read("g2-stream.wtxt.wsum")
+
+
+def test_parse_accepts_vectors(keys):
+    plain = parse_wtxt(_read("g1-plain.wtxt"))
+    assert plain["signature"] == "absent" and len(plain["unauthenticated"]) == 6
+    g1 = _npz("g1.npz")
+    for name in ("g1-sealed.wtxt", "g2-sealed.wtxt"):
+        got = parse_wtxt(_read(name), hmac_key=keys["hmac"], public_key_pem=keys["pub"])
+        assert got["signature"] == "verified" and got["unauthenticated"] == []
+    for k, v in plain["arrays"].items():
+        assert v.dtype == g1[k].dtype and v.shape == g1[k].shape and np.array_equal(v, g1[k])
+    stream = parse_wtxt(_read("g2-stream.wtxt"), wsum=_read("g2-stream.wtxt.wsum"),
+                        public_key_pem=keys["pub"])
+    assert stream["root_pending"] and stream["signature"] == "verified"
+
+
+def test_verify_wsum_accepts_stream_pair(keys):
+    verify_wsum(_read("g2-stream.wtxt"), _read("g2-stream.wtxt.wsum"), keys["pub"])
+    verify_wsum(_read("g2-stream.wtxt"), _read("g2-stream.wtxt.wsum"), None)
+
+
+def test_stream_needs_wsum_and_wsum_needs_stream():
+    with pytest.raises(RefError) as e:
+        parse_wtxt(_read("g2-stream.wtxt"))
+    assert e.value.check == "wsum"
+    with pytest.raises(RefError) as e:
+        verify_wsum(_read("g1-plain.wtxt"), _read("g2-stream.wtxt.wsum"), None)
+    assert e.value.check == "wsum"
+
+
+def test_flipped_base64_char_is_parity_or_crc():
+    data = _read("g1-plain.wtxt")
+    line_no = 7  # a full 76-char base64 line of `bias`
+    start = sum(len(x) + 1 for x in data.split(b"\n")[:line_no - 1])
+    pos = next(i for i in range(start, start + 76) if chr(data[i]).isalpha())
+    old = data[pos]
+    # different low nibble -> the line's parity nibble no longer matches
+    new = b"0" if (old ^ ord("0")) & 0xF else b"1"
+    with pytest.raises(RefError) as e:
+        parse_wtxt(_flip(data, pos, new))
+    assert (e.value.check, e.value.line_no) == ("parity", line_no)
+    # swapping case keeps the low nibble: parity passes, crc32c on the ch line catches it
+    with pytest.raises(RefError) as e:
+        parse_wtxt(_flip(data, pos, bytes([old ^ 0x20])))
+    assert (e.value.check, e.value.line_no) == ("crc32c", 6)
+
+
+def test_changed_merkle_prev_is_merkle_failure():
+    data = _read("g1-plain.wtxt")
+    bad = data.replace(b"merkle_prev=" + b"0" * 64, b"merkle_prev=" + b"1" * 64, 1)
+    with pytest.raises(RefError) as e:
+        parse_wtxt(bad)
+    assert (e.value.check, e.value.line_no) == ("merkle", 4)
+
+
+def test_noncanonical_padding_rejected():
+    # a 1-byte chunk b"A" encodes as QQ==; QR== decodes to the same byte leniently
+    good = write_wtxt({"x": np.array([0x41], dtype=np.uint8)}, gen=3, **COMMON)
+    assert b"\nQQ== 0\n" in good  # Q^Q^=^= = 0
+    bad = good.replace(b"\nQQ== 0\n", b"\nQR== 3\n")  # Q^R = 0x51^0x52 = 3
+    assert base64.b64decode(b"QR==") == b"A"
+    with pytest.raises(RefError) as e:
+        parse_wtxt(bad)
+    assert e.value.check == "base64"
+
+
+def test_noncanonical_signature_base64_rejected():
+    alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    data = _read("g1-sealed.wtxt")
+    sig = data.split(b"sign ed25519=")[1].split(b" ")[0]
+    assert sig.endswith(b"==")  # 64 bytes: last char carries 4 zero padding bits
+    last = alphabet[alphabet.index(sig[-3]) + 1:][:1]
+    bad_sig = sig[:-3] + last + b"=="
+    assert base64.b64decode(bad_sig) == base64.b64decode(sig)
+    with pytest.raises(RefError) as e:
+        parse_wtxt(data.replace(sig, bad_sig))
+    assert e.value.check == "signature"
+
+
+def test_wrong_hmac_key_and_wrong_public_key(keys):
+    data = _read("g1-sealed.wtxt")
+    with pytest.raises(RefError) as e:
+        parse_wtxt(data, hmac_key=b"\x01" * 32)
+    assert e.value.check == "hmac"
+    with pytest.raises(RefError) as e:
+        parse_wtxt(_read("g1-plain.wtxt"), hmac_key=keys["hmac"])
+    assert e.value.check == "hmac"
+    with pytest.raises(RefError) as e:
+        parse_wtxt(_read("g1-plain.wtxt"), public_key_pem=keys["pub"])
+    assert e.value.check == "signature"
+
+
+def test_delta_for_wrong_base_rejected():
+    with pytest.raises(RefError) as e:
+        apply_delta(_read("g1-plain.wtxt"), _read("g1-to-g2.wtxtdelta"))
+    assert e.value.check == "sha256_all"
+
+
+@pytest.mark.parametrize("bad", [
+    {"b": np.zeros(2, dtype=np.bool_)}, {"h": np.zeros(2, dtype=np.float16)},
+    {"c": np.zeros(2, dtype=np.complex64)}, {"layer.0.weight": np.zeros(2)},
+])
+def test_writer_refuses_unsupported(bad):
+    with pytest.raises(ValueError):
+        write_wtxt(bad, gen=1, **COMMON)
+
+
+def test_roundtrip_edge_shapes():
+    arrays = {"big": np.arange(20000, dtype=">f4").reshape(100, 200)[:, ::2],
+              "s": np.float64(2.5), "z": np.zeros((5, 0), dtype=np.int16)}
+    for opts in ({}, {"row_blocking": True}, {"rows_per_chunk": 3}):
+        data = write_wtxt(arrays, gen=7, **COMMON, **opts)
+        got = parse_wtxt(data)["arrays"]
+        for k, v in arrays.items():
+            assert np.array_equal(got[k], v) and got[k].shape == np.shape(v)
