@@ -80,9 +80,14 @@ def load_trusted_keys(sources: list[str | os.PathLike]) -> dict[str, Ed25519Publ
     keys: dict[str, Ed25519PublicKey] = {}
     for source in sources:
         p = Path(source)
-        files = sorted(p.glob("*.pub")) if p.is_dir() else [p]
-        if p.is_dir() and not files:
-            raise KeyMaterialError(f"{p}: folder holds no *.pub files")
+        if p.is_dir():
+            # A key folder may also hold age.pub or ssh keys: only PEM files are signing keys.
+            files = [f for f in sorted(p.glob("*.pub"))
+                     if _read_small(f, "public key").startswith(b"-----BEGIN PUBLIC KEY-----")]
+            if not files:
+                raise KeyMaterialError(f"{p}: folder holds no PEM *.pub signing keys")
+        else:
+            files = [p]
         for file in files:
             key = load_public_key(file)
             keys[keyid(key)] = key

@@ -30,8 +30,9 @@ def expected_head(ix: int, off: int, length: int) -> tuple[bytes, bytes]:
             b" b64=on width=76 lines=%d" % lines_for(length))
 
 
-def decode_run(block: bytes, first: int, count: int, length: int, start: int) -> bytes | None:
-    """Raw bytes of ``count`` chunks held in ``block``, or None if anything is off."""
+def decode_run(block, first: int, count: int, length: int, start: int, dest=None):
+    """Raw bytes of ``count`` chunks held in ``block`` (decoded into ``dest`` when given:
+    the array's buffer, offset ``start``), or None if anything is off."""
     row = chunk_text_len(first, length)
     if len(block) != row * count:
         return None
@@ -39,7 +40,7 @@ def decode_run(block: bytes, first: int, count: int, length: int, start: int) ->
     head_len = row - body_len(length) - len(ENDCH)
     heads = []
     for k in range(count):
-        line = block[k * row:k * row + head_len - 1]
+        line = bytes(block[k * row:k * row + head_len - 1])
         prefix, suffix = expected_head(first + k, start + k * length, length)
         if not (line.startswith(prefix) and line.endswith(suffix)):
             return None
@@ -49,7 +50,8 @@ def decode_run(block: bytes, first: int, count: int, length: int, start: int) ->
         heads.append((m.group(4), m.group(5)))
     if not (text[:, head_len - 1] == 0x0A).all() or not (text[:, -len(ENDCH):] == np.frombuffer(ENDCH, np.uint8)).all():
         return None
-    raw = decode_bodies(text[:, head_len:head_len + body_len(length)], length)
+    out = dest[start:start + count * length] if dest is not None else None
+    raw = decode_bodies(text[:, head_len:head_len + body_len(length)], length, out)
     if raw is None:
         return None
     view = memoryview(raw)
@@ -63,11 +65,13 @@ def decode_run(block: bytes, first: int, count: int, length: int, start: int) ->
 class ChunkReader:
     """Yields the raw bytes of an array's chunks in order, checking everything chunk-level."""
 
-    def __init__(self, reader: LineReader, array: str, plan: ChunkPlan, pool: Executor | None):
+    def __init__(self, reader: LineReader, array: str, plan: ChunkPlan, pool: Executor | None,
+                 dest: memoryview | None = None):
         self.reader = reader
         self.array = array
         self.plan = plan
         self.pool = pool
+        self.dest = dest
 
     def __iter__(self):
         plan = self.plan
@@ -83,11 +87,13 @@ class ChunkReader:
                     yield self.read_chunk(ix)
                 continue
             start = first * plan.chunk_len
-            lines = count * (2 + lines_for(length))
-            block = self.reader.read_exact(count * chunk_text_len(first, length), lines)
-            credited = lines if len(block) == count * chunk_text_len(first, length) else block.count(b"\n")
-            job = (self.pool.submit(decode_run, block, first, count, length, start) if self.pool
-                   else _done(decode_run(block, first, count, length, start)))
+            before = self.reader.line_no
+            block = self.reader.read_exact(count * chunk_text_len(first, length),
+                                           count * (2 + lines_for(length)))
+            credited = self.reader.line_no - before
+            job = (self.pool.submit(decode_run, block, first, count, length, start, self.dest)
+                   if self.pool else
+                   _done(decode_run(block, first, count, length, start, self.dest)))
             window.append((job, block, first, count, credited))
             while len(window) > MAX_IN_FLIGHT or (window and window[0][0].done()):
                 raw, fallback = self._take(window)
@@ -153,6 +159,8 @@ class ChunkReader:
         if end != b"endch":
             raise grammar_error(end_no, "endch", end, array=self.array, chunk=ix)
         raw = b"".join(parts)
+        if self.dest is not None:
+            self.dest[off:off + length] = raw
         if crc != crc_want:
             raise ChecksumError(line=no, array=self.array, chunk=ix, check="crc32c",
                                 expected=f"crc32c={crc_want:08x}", got=f"{crc:08x}")

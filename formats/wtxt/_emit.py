@@ -18,6 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import pybase64
 
+from .._alloc import tune_allocator
 from ..integrity import FastXor, crc32c, merkle_link
 from ..keys import keyid
 from ._grammar import (
@@ -147,6 +148,7 @@ def write_ordered(out: BinaryIO, futures) -> None:
 
 
 def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str) -> WriteResult:
+    tune_allocator()
     gen = format_gen(opts.gen)
     key = opts.hmac_key
     meta = Meta(opts.schema, gen, ts, opts.build, opts.host, opts.cuda)

@@ -64,7 +64,7 @@ AUDIT_RE = re.compile(rb'audit [A-Za-z0-9_]+=(?:"[ !#-~]*"|[!#-~]+)(?: [A-Za-z0-
 
 
 def grammar_error(line_no: int, expected: str, got: bytes, **where) -> FormatError:
-    shown = got.decode("ascii", "backslashreplace")
+    shown = bytes(got).decode("ascii", "backslashreplace")
     return FormatError(line=line_no, expected=expected, got=shown, check="grammar", **where)
 
 

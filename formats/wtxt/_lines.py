@@ -68,15 +68,16 @@ def encode_bodies(raw, length: int, count: int, out: np.ndarray) -> None:
         dst[:, tail + 2] = 0x0A
 
 
-def decode_bodies(text: np.ndarray, length: int) -> bytes | None:
+def decode_bodies(text: np.ndarray, length: int, out: memoryview | None = None):
     """Inverse of encode_bodies for ``text`` of shape (count, body_len(length)).
 
-    Returns the raw bytes of all chunks back to back, or None if anything is not canonical
-    (separators, parity, alphabet, padding, padding bits).
+    Returns the raw bytes of all chunks back to back (written into ``out`` when given, and then
+    ``out`` is returned), or None if anything is not canonical (separators, parity, alphabet,
+    padding, padding bits).
     """
     count = text.shape[0]
     if length == 0:
-        return b""
+        return out if out is not None else b""
     full, tail = divmod(b64_len(length), WIDTH)
     chars = np.empty((count, b64_len(length)), np.uint8)
     if full:
@@ -97,11 +98,23 @@ def decode_bodies(text: np.ndarray, length: int) -> bytes | None:
     try:
         if length % 3 == 0:
             raw = pybase64.b64decode(chars, validate=True)
-        else:
+        elif out is None:
             raw = b"".join(pybase64.b64decode(row, validate=True) for row in chars)
+        else:
+            for i, row in enumerate(chars):
+                piece = pybase64.b64decode(row, validate=True)
+                if len(piece) != length:
+                    return None
+                out[i * length:(i + 1) * length] = piece
+            return out
     except ValueError:
         return None
-    return raw if len(raw) == count * length else None
+    if len(raw) != count * length:
+        return None
+    if out is not None:
+        out[:] = raw
+        return out
+    return raw
 
 
 def _separators_ok(seps: np.ndarray, _width: int) -> bool:

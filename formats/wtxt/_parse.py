@@ -15,6 +15,7 @@ import numpy as np
 import pybase64
 
 from ..errors import ChecksumError, FormatError, SignatureError, TruncatedError, UnsupportedVersionError
+from .._alloc import tune_allocator
 from ..integrity import FastXor, merkle_link
 from ._chunks import ChunkReader
 from ._grammar import (
@@ -22,7 +23,7 @@ from ._grammar import (
     grammar_error, parse_arr, parse_cap, parse_idx, parse_meta, parse_root, row_size, check_caps,
 )
 from ._plan import ChunkPlan, plan_for
-from ._reader import LineReader
+from ._reader import LineReader, line_reader
 
 
 @dataclass
@@ -65,6 +66,8 @@ class Checks:
 def read_header(reader: LineReader) -> Header:
     no, magic = reader.readline()
     if magic != MAGIC:
+        if magic.rstrip(b"\r") == MAGIC:
+            raise grammar_error(no, "LF line endings only (no CR)", magic)
         if magic.startswith(b"WTXT "):
             raise UnsupportedVersionError(line=no, expected="WTXT 1", got=magic[:20])
         raise grammar_error(no, "WTXT 1", magic)
@@ -210,14 +213,24 @@ class _Lanes:
             pool.shutdown(wait=True, cancel_futures=cancel)
 
 
-ArraySink = Callable[[ArrayInfo], Callable[[bytes], None] | None]
+# Given an array's info, return a writable byte buffer of its size to decode into (or None).
+ArraySink = Callable[[ArrayInfo], memoryview | None]
 
 
 def parse_stream(stream: BinaryIO, checks: Checks, *, sink: ArraySink | None = None,
                  require_signature: bool = False, threads: int = 2) -> ParseResult:
     """Parse and check a whole WTXT stream; raise the first FormatError found."""
+    tune_allocator()
     notes: list[str] = []
-    reader = LineReader(stream, max_line=MAX_LINE)
+    reader = line_reader(stream, max_line=MAX_LINE)
+    try:
+        return _parse(reader, checks, sink, require_signature, threads, notes)
+    finally:
+        reader.close()
+
+
+def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
+           notes: list[str]) -> ParseResult:
     header = read_header(reader)
     no, line = read_sign(reader, header)
     check_signature(header, checks, require_signature, notes)
@@ -263,12 +276,10 @@ def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, po
     if checks.hmac_key is not None and not arr.unauthenticated:
         mac = _hmac.new(checks.hmac_key, bytes.fromhex(arr.salt), "sha256")
     lanes.submit(1, total.update, arr.line().encode("ascii"))
-    consume = sink(info) if sink else None
-    for raw in ChunkReader(reader, arr.name, info.plan, pool):
+    dest = sink(info) if sink else None
+    for raw in ChunkReader(reader, arr.name, info.plan, pool, dest):
         lanes.submit(0, _update_array, sha, mac, raw)
         lanes.submit(1, _update_all, total, fx, raw)
-        if consume:
-            consume(raw)
     no, end = reader.readline()
     if end != b"endarr":
         raise grammar_error(no, "endarr", end, array=arr.name)

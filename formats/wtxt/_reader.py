@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 from typing import BinaryIO
 
 from ..errors import LimitError, TruncatedError
@@ -56,12 +59,12 @@ class LineReader:
             if len(self._buf) - self._pos > self.max_line:
                 raise LimitError(line=self.line_no, offset=self.offset,
                                  expected=f"a line of at most {self.max_line} bytes",
-                                 got=self._buf[self._pos:self._pos + 40])
+                                 got=_show(self._buf[self._pos:self._pos + 40]))
             if not self._fill():
                 got = self._buf[self._pos:self._pos + 60]
                 raise TruncatedError(line=self.line_no, offset=self.offset,
                                      expected="a line ending in LF" if got else "more lines",
-                                     got=got if got else "end of file")
+                                     got=_show(got) if got else "end of file")
 
     def read_exact(self, size: int, lines: int | None = None) -> bytes:
         """Up to ``size`` bytes (fewer only at end of input). ``lines`` is the number of LFs
@@ -108,3 +111,81 @@ class LineReader:
 
     def at_eof(self) -> bool:
         return self._pos >= len(self._buf) and not self._pending and not self._fill()
+
+    def close(self) -> None:
+        self._buf, self._pending = b"", []
+
+
+def _show(data: bytes) -> str:
+    return data.decode("ascii", "backslashreplace")
+
+
+class MappedLineReader:
+    """LineReader over a memory-mapped regular file: blocks are zero-copy memoryviews and
+    push-back is a seek. (A file shrinking while mapped would raise SIGBUS; snapshot files
+    are written atomically and never truncated in place.)"""
+
+    def __init__(self, stream: BinaryIO, *, max_line: int, line_no: int = 1, offset: int = 0):
+        import mmap
+
+        self.max_line = max_line
+        self.line_no = line_no
+        self.offset = offset
+        size = os.fstat(stream.fileno()).st_size
+        self._map = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._view = memoryview(self._map)
+        self.size = size
+
+    def close(self) -> None:
+        self._view.release()
+        if self.size:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # views handed out still alive: the map closes when they are collected
+
+    def readline(self) -> tuple[int, bytes]:
+        pos = self.offset
+        end = self._map.find(b"\n", pos, min(self.size, pos + self.max_line + 1))
+        if end < 0:
+            got = bytes(self._view[pos:pos + 60])
+            if self.size - pos > self.max_line:
+                raise LimitError(line=self.line_no, offset=pos,
+                                 expected=f"a line of at most {self.max_line} bytes",
+                                 got=_show(got[:40]))
+            raise TruncatedError(line=self.line_no, offset=pos,
+                                 expected="a line ending in LF" if got else "more lines",
+                                 got=_show(got) if got else "end of file")
+        no = self.line_no
+        self.line_no += 1
+        self.offset = end + 1
+        return no, bytes(self._view[pos:end])
+
+    def read_exact(self, size: int, lines: int | None = None) -> memoryview:
+        block = self._view[self.offset:self.offset + size]
+        self.offset += len(block)
+        self.line_no += lines if lines is not None and len(block) == size else \
+            _count_lf(block)
+        return block
+
+    def pushback(self, blocks: list, lines: int | None = None) -> None:
+        for block in blocks:
+            self.offset -= len(block)
+        self.line_no -= lines if lines is not None else sum(_count_lf(b) for b in blocks)
+
+    def at_eof(self) -> bool:
+        return self.offset >= self.size
+
+
+def _count_lf(block) -> int:
+    return bytes(block).count(b"\n") if not isinstance(block, bytes) else block.count(b"\n")
+
+
+def line_reader(stream: BinaryIO, **kwargs):
+    """A mapped reader for regular files, a buffered one for anything else."""
+    try:
+        fileno = stream.fileno()
+        regular = stat.S_ISREG(os.fstat(fileno).st_mode) and stream.tell() == 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        regular = False
+    return MappedLineReader(stream, **kwargs) if regular else LineReader(stream, **kwargs)

@@ -20,7 +20,7 @@ from ._parse import (
 )
 from ._plan import body_len, chunk_text_len
 from ._prepare import unmap_name
-from ._reader import LineReader
+from ._reader import LineReader, MappedLineReader
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,14 @@ def header_info(header: Header) -> HeaderInfo:
 
 
 def _array_sink(arrays: dict, size_left):
-    def sink(info: ArrayInfo):
+    def sink(info: ArrayInfo) -> memoryview:
         arr = info.line
         if size_left is not None and body_len(arr.nbytes) > size_left():
             raise TruncatedError(line=info.line_no, array=arr.name,
                                  expected=f"text for {arr.nbytes} bytes", got="a shorter file")
         out = np.empty(arr.nbytes, np.uint8)
-        pos = [0]
-
-        def consume(raw: bytes) -> None:
-            out[pos[0]:pos[0] + len(raw)] = np.frombuffer(raw, np.uint8)
-            pos[0] += len(raw)
-
         arrays[arr.name] = (out, arr)
-        return consume
+        return memoryview(out)
     return sink
 
 
@@ -104,7 +98,7 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
         size = os.fstat(f.fileno()).st_size
         try:
             resolve_wsum(checks, name, f, wsum, [])
-            result = parse_stream(f, checks, sink=_array_sink(arrays, lambda: size - f.tell() + (1 << 20)),
+            result = parse_stream(f, checks, sink=_array_sink(arrays, lambda: size),
                                   threads=threads)
         except FormatError as exc:
             raise exc.located(name)
@@ -176,9 +170,8 @@ class LazyWtxt:
 
     def __getitem__(self, name: str) -> np.ndarray:
         info = self.infos[name]
-        self._file.seek(info.body_offset)
-        reader = LineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
-                            offset=info.body_offset)
+        reader = MappedLineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
+                                  offset=info.body_offset)
         import hashlib
         import hmac as _hmac
 
@@ -187,14 +180,11 @@ class LazyWtxt:
         mac = (_hmac.new(self.hmac_key, bytes.fromhex(arr.salt), "sha256")
                if self.hmac_key and not arr.unauthenticated else None)
         out = np.empty(arr.nbytes, np.uint8)
-        pos = 0
         try:
-            for raw in ChunkReader(reader, arr.name, info.plan, None):
+            for raw in ChunkReader(reader, arr.name, info.plan, None, memoryview(out)):
                 sha.update(raw)
                 if mac:
                     mac.update(raw)
-                out[pos:pos + len(raw)] = np.frombuffer(raw, np.uint8)
-                pos += len(raw)
             if sha.hexdigest() != arr.sha256:
                 from ..errors import ChecksumError
 
@@ -204,6 +194,8 @@ class LazyWtxt:
                              mac.hexdigest() if mac else None, [])
         except FormatError as exc:
             raise exc.located(self.path)
+        finally:
+            reader.close()
         return out.view(arr.np_dtype).reshape(arr.shape)
 
     def close(self) -> None:

@@ -21,6 +21,9 @@ COMMAND_MODULES = [
     "inspect",
     "keys",
     "bench",
+    "encrypt",
+    "decrypt",
+    "demo",
 ]
 
 
