@@ -131,6 +131,10 @@ class KeyMaterialError(SnapopsError, ValueError):
     """A key file is missing, malformed or of the wrong kind."""
 
 
+class DecryptionError(SnapopsError, ValueError):
+    """Ciphertext cannot be decrypted: no identity matches, wrong passphrase, failed authentication."""
+
+
 class ConfigError(SnapopsError, ValueError):
     """Invalid configuration; the message names the key path."""
 
