@@ -6,7 +6,7 @@ import contextlib
 import os
 import secrets
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -18,11 +18,13 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, *, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
+                 before_replace: Callable[[Path], None] | None = None) -> Iterator[BinaryIO]:
     """Yield a binary file; on clean exit it replaces ``path`` atomically and durably.
 
     On any error the temp file is removed and ``path`` is untouched, so a reader never sees a
-    half-written file.
+    half-written file. ``before_replace(temp_path)`` runs after the fsync and may raise to
+    abort (e.g. to verify the content before it becomes visible).
 
     >>> with atomic_write("x.wtxt") as f:
     ...     f.write(b"...")
@@ -36,6 +38,8 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644) -> Iterator[Bina
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

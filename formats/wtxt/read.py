@@ -13,6 +13,7 @@ from ..errors import FormatError, LimitError, TruncatedError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..model import Snapshot
 from ._chunks import ChunkReader
+from ._index import index_file
 from ._grammar import MAX_LINE, Meta, Root
 from ._parse import (
     ArrayInfo, Checks, Header, parse_stream, read_array_head, read_header as _read_header,
@@ -136,33 +137,8 @@ class LazyWtxt:
             raise
 
     def _scan(self) -> tuple[Header, dict[str, ArrayInfo]]:
-        reader = LineReader(self._file, max_line=MAX_LINE)
-        header = _read_header(reader)
-        no, line = read_sign(reader, header)
-        infos: dict[str, ArrayInfo] = {}
-        prev = None
-        while line.startswith(b"arr "):
-            info = read_array_head(reader, no, line, prev)
-            skip = sum(count * chunk_text_len(first, length)
-                       for first, count, length in info.plan.runs(1 << 62))
-            body_at, body_line = reader.offset, reader.line_no
-            if body_at + skip > self.size:
-                raise TruncatedError(line=no, array=info.line.name,
-                                     expected=f"{skip} bytes of chunks", got="a shorter file")
-            lines = sum(count * (2 + -(-length // 57)) for first, count, length
-                        in info.plan.runs(1 << 62))
-            info.body_offset, info.body_line = body_at, body_line
-            self._file.seek(body_at + skip)
-            reader = LineReader(self._file, max_line=MAX_LINE, line_no=body_line + lines,
-                                offset=body_at + skip)
-            no, end = reader.readline()
-            if end != b"endarr":
-                raise FormatError(line=no, array=info.line.name, expected="endarr",
-                                  got=end[:40].decode("ascii", "replace"))
-            infos[info.line.name] = info
-            prev = info.line.name
-            no, line = reader.readline()
-        return header, infos
+        index = index_file(self._file, self.path)
+        return index.header, {a.name: a.info for a in index.arrays}
 
     @property
     def names(self) -> list[str]:

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "encrypt",
     "decrypt",
     "demo",
+    "delta",
 ]
 
 
