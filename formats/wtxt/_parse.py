@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac as _hmac
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
@@ -58,7 +59,9 @@ class Checks:
 
     hmac_key: bytes | None = None
     trusted: dict = field(default_factory=dict)      # keyid -> Ed25519PublicKey
-    wsum_root: Root | None = None                    # root values from a WSUM file
+    wsum_explicit: str | None = None                 # a WSUM the caller named (--wsum)
+    wsum_default: str | None = None                  # PATH.wsum, used if it exists
+    wsum_root: Root | None = None                    # set once a WSUM is read
     wsum_line: int = 1
     wsum_path: str | None = None
 
@@ -234,6 +237,7 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     header = read_header(reader)
     no, line = read_sign(reader, header)
     check_signature(header, checks, require_signature, notes)
+    attach_wsum(header, checks, require_signature, notes)
     gen = header.meta.gen
     total, fx = hashlib.sha256(), FastXor()
     arrays: list[ArrayInfo] = []
@@ -302,6 +306,26 @@ def _update_all(total, fx: FastXor, raw: bytes) -> None:
     fx.update(raw)
 
 
+def attach_wsum(header: Header, checks: Checks, require_signature: bool,
+                notes: list[str]) -> None:
+    """Read the WSUM that finalizes a root_pending file (the named one, else PATH.wsum)."""
+    from .wsum import check_wsum_signature, read_wsum
+
+    if not header.pending:
+        if checks.wsum_explicit is not None:
+            raise FormatError(line=4, check="wsum", expected="no WSUM for a file with a root line",
+                              got=f"--wsum {checks.wsum_explicit}")
+        return
+    path = checks.wsum_explicit
+    if path is None and checks.wsum_default is not None and os.path.exists(checks.wsum_default):
+        path = checks.wsum_default
+    if path is None:
+        return  # check_root reports the missing WSUM
+    wsum = read_wsum(path)
+    check_wsum_signature(wsum, checks.trusted, require_signature, notes, path)
+    checks.wsum_root, checks.wsum_path = wsum.root(), path
+
+
 def check_root(result: ParseResult, checks: Checks) -> None:
     header, meta = result.header, result.header.meta
     if header.pending:
@@ -310,9 +334,6 @@ def check_root(result: ParseResult, checks: Checks) -> None:
                               "root_pending snapshot (PATH.wsum or --wsum FILE)", got="no WSUM")
         root, where = checks.wsum_root, dict(path=checks.wsum_path, line=checks.wsum_line)
     else:
-        if checks.wsum_root is not None:
-            raise FormatError(line=4, check="wsum", expected="no WSUM for a file with a root line",
-                              got="a WSUM was given")
         root, where = header.root, dict(line=4)
     result.root = root
     if root.sha256_all != result.sha256_all:

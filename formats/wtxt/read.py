@@ -90,15 +90,16 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
     >>> snap = load("state.wtxt"); snap["w"].dtype
     dtype('float32')
     """
-    from .verify import resolve_wsum
+    from .wsum import wsum_path
 
     name = os.fspath(path)
-    checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys))
+    checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys),
+                    wsum_explicit=os.fspath(wsum) if wsum is not None else None,
+                    wsum_default=str(wsum_path(name)))
     arrays: dict = {}
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         try:
-            resolve_wsum(checks, name, f, wsum, [])
             result = parse_stream(f, checks, sink=_array_sink(arrays, lambda: size),
                                   threads=threads)
         except FormatError as exc:

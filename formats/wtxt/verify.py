@@ -7,35 +7,11 @@ import os
 from ..errors import FormatError, SnapopsError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..report import Report
-from ._grammar import ROOT_PENDING
 from ._parse import Checks, parse_stream
-from .wsum import check_wsum_signature, read_wsum, wsum_path
+from .wsum import wsum_path
 
 CHECKS = ["grammar", "signature", "parity", "base64", "crc32c", "chunk_sha256", "array_sha256",
           "hmac", "cap", "sha256_all", "merkle", "fastxor"]
-
-
-def _is_pending(stream) -> bool:
-    pos = stream.tell()
-    head = stream.read(4096)
-    stream.seek(pos)
-    lines = head.split(b"\n")
-    return len(lines) > 3 and lines[3] == ROOT_PENDING
-
-
-def resolve_wsum(checks: Checks, path: str, stream, wsum, notes: list[str],
-                 require_signature: bool = False) -> None:
-    """Attach the WSUM root to ``checks``: the given file, else PATH.wsum for a pending file."""
-    if wsum is None:
-        if not _is_pending(stream):
-            return
-        wsum = wsum_path(path)
-        if not wsum.exists():
-            return  # parse_stream reports the missing WSUM with the line it concerns
-    parsed = read_wsum(wsum)
-    check_wsum_signature(parsed, checks.trusted, require_signature, notes, os.fspath(wsum))
-    checks.wsum_root = parsed.root()
-    checks.wsum_path = os.fspath(wsum)
 
 
 def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
@@ -48,13 +24,28 @@ def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
     >>> report.ok, report.failure
     """
     name = os.fspath(path)
+    try:
+        stream = open(name, "rb")
+    except OSError as exc:
+        return Report(path=name, format="wtxt").fail(
+            FormatError(expected="a readable file", got=exc.strerror, check="io"))
+    with stream:
+        return verify_stream(stream, name, hmac_key=hmac_key, trusted_keys=trusted_keys,
+                             require_hmac=require_hmac, require_signature=require_signature,
+                             wsum=wsum, wsum_default=str(wsum_path(name)), threads=threads)
+
+
+def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
+                  require_hmac: bool = False, require_signature: bool = False, wsum=None,
+                  wsum_default: str | None = None, threads: int = 2) -> Report:
+    """``verify`` for an open binary stream (a file, a pipe, a decrypting reader)."""
     report = Report(path=name, format="wtxt")
     try:
-        checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys))
-        with open(name, "rb") as stream:
-            resolve_wsum(checks, name, stream, wsum, report.notes, require_signature)
-            result = parse_stream(stream, checks, require_signature=require_signature,
-                                  threads=threads)
+        checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys),
+                        wsum_explicit=os.fspath(wsum) if wsum is not None else None,
+                        wsum_default=wsum_default)
+        result = parse_stream(stream, checks, require_signature=require_signature,
+                              threads=threads)
     except FormatError as exc:
         return report.fail(exc)
     except OSError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import FormatError, SnapopsError
 from snapops.formats.registry import detect
 from snapops.formats.report import Report
 
@@ -13,6 +13,16 @@ from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command
 
 
 def verify_one(path: str, args) -> Report:
+    from snapops.formats.armor import is_armored
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return Report(path=path, format="?").fail(
+            FormatError(expected="a readable file", got=exc.strerror, check="io", path=path))
+    if is_armored(head):
+        return verify_encrypted(path, args)
     try:
         chosen = detect(path)
     except FormatError as exc:
@@ -26,6 +36,33 @@ def verify_one(path: str, args) -> Report:
                    "require_hmac": args.require_hmac, "require_signature": args.require_signature,
                    "wsum": args.wsum}
     return chosen.verify(path, **options)
+
+
+def verify_encrypted(path: str, args) -> Report:
+    """Decrypt an age-armored snapshot into a private temporary folder, verify, clean up."""
+    import tempfile
+    from pathlib import Path
+
+    from snapops.formats.armor import decrypt_file
+
+    if not args.identity:
+        return Report(path=path, format="age").fail(FormatError(
+            "age-encrypted: give --identity FILE to decrypt and verify it", check="keys",
+            path=path))
+    with tempfile.TemporaryDirectory(prefix="snapops-verify-") as tmp:
+        plain = Path(tmp) / Path(path).name.removesuffix(".age")
+        try:
+            decrypt_file(path, plain, args.identity)
+        except SnapopsError as exc:
+            error = exc if isinstance(exc, FormatError) else FormatError(str(exc), check="decrypt")
+            return Report(path=path, format="age").fail(error)
+        inner = verify_one(str(plain), args)
+    inner.path = path
+    if inner.failure is not None:
+        inner.failure.path = path
+        inner.failure.args = (str(inner.failure),)
+    inner.notes.append("decrypted with --identity (age)")
+    return inner
 
 
 def run(args) -> int:
@@ -59,4 +96,5 @@ def register(sub) -> None:
     p.add_argument("--require-hmac", action="store_true",
                    help="fail unless every array is authenticated with --hmac-key")
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
+    p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
