@@ -123,6 +123,12 @@ class UnsupportedVersionError(FormatError):
     check = "version"
 
 
+class LedgerError(FormatError):
+    """A ledger entry breaks the chain (order, gap, edit, merkle link) or an append is refused."""
+
+    check = "ledger"
+
+
 class DataError(SnapopsError, ValueError):
     """Input data cannot be written in the requested format (dtype, name, shape...)."""
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "decrypt",
     "demo",
     "delta",
+    "ledger",
 ]
 
 

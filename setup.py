@@ -1,0 +1,22 @@
+"""Package discovery for the top-level layout: formats/ -> snapops.formats, daemon/ ->
+snapops.daemon, hooks/ -> snapops.hooks, config/ -> snapops.config (everything else is in
+pyproject.toml). Discovering subpackages keeps new format packages installable without edits."""
+
+from pathlib import Path
+
+from setuptools import setup
+
+ROOTS = {"snapops": "snapops", "snapops.formats": "formats", "snapops.daemon": "daemon",
+         "snapops.hooks": "hooks", "snapops.config": "config"}
+
+
+def discover() -> list[str]:
+    found = []
+    for package, folder in ROOTS.items():
+        for init in sorted(Path(folder).rglob("__init__.py")):
+            rel = init.parent.relative_to(folder).parts
+            found.append(".".join((package, *rel)))
+    return found
+
+
+setup(packages=discover(), package_dir=ROOTS)
