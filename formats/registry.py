@@ -32,6 +32,9 @@ class FormatHandler:
 # name -> module exposing HANDLER; order matters for sniffing (most specific first).
 HANDLER_MODULES = {
     "wtxt": "snapops.formats.wtxt",
+    "aero": "snapops.formats.aero",
+    "aeroset": "snapops.formats.aero",
+    "pycauset": "snapops.formats.pycauset",
     "npz": "snapops.formats.plain",
     "safetensors": "snapops.formats.plain",
 }

@@ -69,7 +69,6 @@ MAX_STRING_TABLE = 512 * 1024 * 1024
 MAX_METADATA_ULEN = 2 * 1024 * 1024 * 1024
 # snapops' own bounds where the spec has none (a numpy array has at most 64 dimensions).
 MAX_NDIM = 64
-MAX_JSON_DEPTH = 64
 
 # ---- dtype enum (u16) --------------------------------------------------------------------------
 DTYPE_PACKED = 0x8000

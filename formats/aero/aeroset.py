@@ -1,0 +1,372 @@
+"""AEROSET: a model split into several AERO parts plus a global index.
+
+A folder holds ``model.aeroset.json`` (the set's index: parts with sha256, size and shard ids,
+and ``global_tidx``), ``index.aero`` (IHSH, MJSN, MMSG and the TIDX of every tensor, no weights)
+and ``part-NNN.aero`` files, each a standalone AERO file. Shard ids are global: shard 5 is the
+WTSH chunk ``weights.shard5`` of whichever part lists it. The JSON is written last, so a crash
+leaves the previous set readable.
+
+>>> save(snapshot, "out/model.aeroset.json", shard_max=1 << 30, part_shards=4)
+>>> with open_set("out/model.aeroset.json") as s:
+...     w = s["layer.0.weight"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from ..atomic import atomic_write_bytes
+from ..errors import ChecksumError, DataError, FormatError, LimitError, UnsupportedVersionError
+from ..model import Snapshot
+from ..registry import FormatHandler
+from ..report import Report
+from . import _decode
+from . import _spec as S
+from ._layout import ShardPlan, plan_tensors
+from ._read import AeroFile, Tensor
+from ._write import Options, prepare, write_file
+from .verify import verify as verify_file
+
+SET_NAME = "model.aeroset.json"
+INDEX_NAME = "index.aero"
+MAX_SET_JSON = 64 << 20
+
+
+def _paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    p = Path(path)
+    if p.name.endswith(".aeroset.json"):
+        return p.parent, p
+    return p, p / SET_NAME
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save(snapshot: Snapshot, path: str | os.PathLike, *, part_shards: int = 4,
+         **opts: Any) -> dict:
+    """Write an AEROSET into a folder (or at a ``*.aeroset.json`` path); AERO options apply.
+
+    ``part_shards``: WTSH shards per part file (default 4, as the reference writer).
+    """
+    if type(part_shards) is not int or part_shards < 1:
+        raise DataError(f"part_shards must be a positive integer, got {part_shards!r}")
+    folder, json_path = _paths(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    options = Options(**opts)
+    prepared = prepare(snapshot)
+    slots, shards = plan_tensors(prepared.specs, options.shard_max)
+    hashes: list[bytes] = [b""] * len(slots)
+    parts = []
+    for pid in range(0, len(shards), part_shards):
+        group = shards[pid:pid + part_shards]
+        order = [i for shard in group for i in shard.slots]
+        local = {g: n for n, g in enumerate(order)}
+        plans = [ShardPlan(s.shard_id, s.size, tuple(local[i] for i in s.slots)) for s in group]
+        name = f"part-{pid // part_shards:03d}.aero"
+        done = write_file(folder / name, [slots[i] for i in order], plans,
+                          [prepared.buffers[i] for i in order], prepared.meta, options)
+        for g, digest in zip(order, done["tensor_hashes"]):
+            hashes[g] = digest
+        parts.append({"path": name, "sha256": _sha256_file(folder / name),
+                      "size_bytes": (folder / name).stat().st_size,
+                      "shards": [s.shard_id for s in group]})
+    write_file(folder / INDEX_NAME, slots, [], [], prepared.meta, options, tensor_hashes=hashes)
+    meta = json.loads(json.dumps(prepared.meta))
+    model = {"name": str(options.model_name if options.model_name is not None
+                         else meta.get("model_name", "")),
+             "architecture": str(options.architecture if options.architecture is not None
+                                 else meta.get("architecture", ""))}
+    index = {"format": {"name": "AEROSET", "version": [0, 1]}, "model": model, "parts": parts,
+             "global_tidx": {"path": INDEX_NAME, "sha256": _sha256_file(folder / INDEX_NAME),
+                             "size_bytes": (folder / INDEX_NAME).stat().st_size}}
+    atomic_write_bytes(json_path, (json.dumps(index, indent=2) + "\n").encode())
+    return {"parts": len(parts), "shards": len(shards), "tensors": len(slots),
+            "index": str(json_path)}
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+def _relative(value: Any, what: str, path: str) -> str:
+    """A part path must stay inside the set's folder: relative, no '..', no URL."""
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"{what}: path must be a non-empty string", path=path, got=value)
+    if "://" in value:
+        raise UnsupportedVersionError(f"{what}: remote parts are not supported", path=path,
+                                      got=value)
+    pure = PurePosixPath(value)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in value or "\0" in value:
+        raise FormatError(f"{what}: path leaves the AEROSET folder", path=path,
+                          expected="a relative path without '..'", got=value)
+    return value
+
+
+def _uint(value: Any, what: str, path: str) -> int:
+    if type(value) is not int or value < 0:
+        raise FormatError(f"{what} must be a non-negative integer", path=path, got=value)
+    return value
+
+
+def _sha(value: Any, what: str, path: str) -> str:
+    if not (isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")):
+        raise FormatError(f"{what}: sha256 must be 64 lowercase hex digits", path=path, got=value)
+    return value
+
+
+def parse_set(data: bytes, path: str) -> dict:
+    """Validate ``model.aeroset.json``; returns it with parts/global_tidx normalised."""
+    if len(data) > MAX_SET_JSON:
+        raise LimitError("AEROSET index too large", path=path,
+                         expected=f"<= {MAX_SET_JSON} bytes", got=len(data))
+    doc = _decode.load_json(data, chunk=SET_NAME)
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("name") != "AEROSET":
+        raise FormatError("not an AEROSET index", path=path,
+                          expected="format.name 'AEROSET'", got=fmt)
+    if fmt.get("version") not in ([0, 1], [0, 2]):
+        raise UnsupportedVersionError("unsupported AEROSET version", path=path,
+                                      expected="[0, 1] or [0, 2]", got=fmt.get("version"))
+    parts, gt = doc.get("parts"), doc.get("global_tidx")
+    if not isinstance(parts, list) or not isinstance(gt, dict):
+        raise FormatError("AEROSET index needs 'parts' (list) and 'global_tidx' (map)",
+                          path=path, got=sorted(doc))
+    out_parts, owner = [], {}
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("shards"), list):
+            raise FormatError(f"parts[{i}] must be a map with a 'shards' list", path=path,
+                              got=part)
+        rel = _relative(part.get("path"), f"parts[{i}]", path)
+        shards = [_uint(s, f"parts[{i}].shards", path) for s in part["shards"]]
+        for s in shards:
+            if s in owner:
+                raise FormatError(f"shard {s} is listed by two parts", path=path,
+                                  got=(owner[s], rel))
+            owner[s] = rel
+        out_parts.append({"path": rel, "sha256": _sha(part.get("sha256"), rel, path),
+                          "size_bytes": _uint(part.get("size_bytes"), f"{rel} size_bytes", path),
+                          "shards": shards})
+    index = {"path": _relative(gt.get("path"), "global_tidx", path),
+             "sha256": _sha(gt.get("sha256"), "global_tidx", path),
+             "size_bytes": _uint(gt.get("size_bytes"), "global_tidx size_bytes", path)}
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    return {"format": fmt, "model": model, "parts": out_parts, "global_tidx": index,
+            "owner": owner}
+
+
+class AeroSet:
+    """An open AEROSET: the global TIDX from ``index.aero``; parts are opened on first use."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.folder, self.json_path = _paths(path)
+        where = str(self.json_path)
+        try:
+            with open(self.json_path, "rb") as f:
+                data = f.read(MAX_SET_JSON + 1)
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc
+        self.doc = parse_set(data, where)
+        self.index = AeroFile(self.folder / self.doc["global_tidx"]["path"])
+        self.tensors = self.index.tensors
+        self.by_name = {t.name: t for t in self.tensors}
+        self._parts: dict[str, AeroFile] = {}
+        self._maps: dict[str, dict[int, int]] = {}
+        self._listed = {p["path"]: p["shards"] for p in self.doc["parts"]}
+        for t in self.tensors:
+            if t.shard_id not in self.doc["owner"]:
+                self.close()
+                raise FormatError("tensor's shard is in no part", path=where, array=t.name,
+                                  expected="a shard id listed under parts", got=t.shard_id,
+                                  check="tidx_bounds")
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tensors]
+
+    def part(self, rel: str) -> AeroFile:
+        if rel not in self._parts:
+            f = AeroFile(self.folder / rel)
+            try:
+                self._maps[rel] = _shard_map(f, self._listed[rel])
+            except FormatError:
+                f.close()
+                raise
+            self._parts[rel] = f
+        return self._parts[rel]
+
+    def shard_map(self, rel: str) -> dict[int, int]:
+        """Shard ids as numbered inside part ``rel`` -> global shard ids."""
+        self.part(rel)
+        return self._maps[rel]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """The tensor as a view on its part's mmap, once the part agrees with the index."""
+        t = self.by_name.get(name)
+        if t is None:
+            raise FormatError("no such tensor", path=str(self.json_path), array=name)
+        rel = self.doc["owner"][t.shard_id]
+        part = self.part(rel)
+        _same_entry(t, part.by_name.get(name), part.path, self._maps[rel])
+        return part.array(name)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def meta(self) -> dict:
+        return self.index.meta()
+
+    def close(self) -> None:
+        self.index.close()
+        for f in self._parts.values():
+            f.close()
+        self._parts.clear()
+
+    def __enter__(self) -> "AeroSet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _shard_map(part: AeroFile, listed: list[int]) -> dict[int, int]:
+    """Part shard id -> global shard id.
+
+    snapops numbers shards globally inside parts (the part listed with [4, 5] holds
+    ``weights.shard4`` and ``weights.shard5``); the reference writer numbers them from 0 in each
+    part. Both are accepted: the ids must be the listed ones, or 0..n-1 in listed order.
+    """
+    held = sorted(part.shard_sizes())
+    if len(held) != len(part.shards):
+        raise FormatError("part has WTSH chunks not named weights.shard{N}", path=part.path,
+                          got=sorted(part.shards), check="aeroset")
+    if held == sorted(listed):
+        return {s: s for s in held}
+    if held == list(range(len(listed))):
+        return dict(zip(held, sorted(listed)))
+    raise FormatError("part holds other shards than the AEROSET index lists", path=part.path,
+                      expected=str(sorted(listed)), got=held, check="aeroset")
+
+
+def _same_entry(global_t: Tensor, part_t: Tensor | None, part_path: str,
+                shard_map: dict[int, int]) -> None:
+    """The part's TIDX entry describes the same bytes as the global one (and hash_b3, if both
+    carry it)."""
+    same = part_t is not None and shard_map.get(part_t.shard_id) == global_t.shard_id
+    if same:
+        mine, theirs = global_t.entry(), part_t.entry()
+        for key in ("shard_id", "hash_b3"):
+            if key == "shard_id" or key not in mine or key not in theirs:
+                mine.pop(key, None)
+                theirs.pop(key, None)
+        same = mine == theirs
+    if not same:
+        raise FormatError("part and global index disagree about a tensor", path=part_path,
+                          array=global_t.name, expected=str(global_t.entry()),
+                          got=None if part_t is None else str(part_t.entry()), check="aeroset")
+
+
+def open_set(path: str | os.PathLike) -> AeroSet:
+    return AeroSet(path)
+
+
+def load(path: str | os.PathLike) -> Snapshot:
+    """Every tensor of the set as mmap views on the parts (index order), meta from index.aero."""
+    with AeroSet(path) as s:
+        arrays = {name: s[name] for name in s.names}
+        meta = s.meta()
+    packed = {t.name: {"shape": list(t.shape), **t.extra} for t in s.tensors
+              if t.dtype == S.DTYPE_PACKED}
+    if packed:
+        meta[S.PACKED_META_KEY] = json.dumps(packed, sort_keys=True, separators=(",", ":"))
+    return Snapshot(arrays, meta)
+
+
+def verify(path: str | os.PathLike, level: str = "full", *, workers: int | None = None) -> Report:
+    """Index JSON, sizes (and at ``full`` the sha256) of every file, each file's own verify,
+    and agreement between the global TIDX and the parts."""
+    folder, json_path = _paths(path)
+    report = Report(path=str(json_path), format="aeroset")
+    report.details["level"] = level
+    try:
+        with AeroSet(json_path) as s:
+            report.passed("structure")
+            files = [(s.doc["global_tidx"], True)] + [(p, False) for p in s.doc["parts"]]
+            for entry, is_index in files:
+                _verify_member(folder, entry, level, workers, report)
+            _verify_agreement(s)
+            report.passed("aeroset")
+            report.arrays = len(s.tensors)
+            report.raw_bytes = sum(t.data_len for t in s.tensors)
+            report.details["parts"] = len(s.doc["parts"])
+    except FormatError as exc:
+        return report.fail(exc)
+    return report
+
+
+def _verify_member(folder: Path, entry: dict, level: str, workers: int | None,
+                   report: Report) -> None:
+    file = folder / entry["path"]
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror}", path=str(file), check="aeroset") from exc
+    if size != entry["size_bytes"]:
+        raise FormatError("file size disagrees with the AEROSET index", path=str(file),
+                          expected=str(entry["size_bytes"]), got=size, check="aeroset")
+    if level == "full":
+        got = _sha256_file(file)
+        if got != entry["sha256"]:
+            raise ChecksumError("file sha256 disagrees with the AEROSET index", path=str(file),
+                                expected=entry["sha256"], got=got, check="sha256")
+        report.passed("sha256")
+    sub = verify_file(file, level, workers=workers)
+    if not sub.ok:
+        raise sub.failure
+    report.notes.extend(f"{entry['path']}: {n}" for n in sub.notes
+                        if "index-only" not in n and "PHSH" not in n)
+
+
+def _verify_agreement(s: AeroSet) -> None:
+    """Each part holds exactly the shards it is listed with, and the tensors the index says."""
+    seen: set[str] = set()
+    for part in s.doc["parts"]:
+        f = s.part(part["path"])
+        for t in f.tensors:
+            g = s.by_name.get(t.name)
+            if g is None or t.name in seen:
+                raise FormatError("part holds a tensor the global index lacks (or another "
+                                  "part holds too)", path=f.path, array=t.name, check="aeroset")
+            _same_entry(g, t, f.path, s.shard_map(part["path"]))
+            seen.add(t.name)
+    missing = [t.name for t in s.tensors if t.name not in seen]
+    if missing:
+        raise FormatError("tensors of the global index are in no part", path=str(s.json_path),
+                          array=missing[0], got=f"{len(missing)} missing", check="aeroset")
+
+
+def inspect(path: str | os.PathLike) -> dict:
+    with AeroSet(path) as s:
+        return {"format": "aeroset", "path": str(s.json_path),
+                "version": s.doc["format"].get("version"), "model": s.doc["model"],
+                "parts": s.doc["parts"], "global_tidx": s.doc["global_tidx"],
+                "meta": s.meta(), "tensors": len(s.tensors)}
+
+
+def sniff(head: bytes) -> bool:
+    return head.lstrip()[:1] == b"{" and b'"AEROSET"' in head
+
+
+HANDLER = FormatHandler(name="aeroset", suffixes=(".aeroset.json",), sniff=sniff, load=load,
+                        save=save, verify=verify, inspect=inspect)
