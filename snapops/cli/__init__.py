@@ -25,7 +25,13 @@ COMMAND_MODULES = [
     "decrypt",
     "demo",
     "delta",
+    "daemon",
     "ledger",
+    "hooks",
+    "hook",
+    "diff",
+    "textconv",
+    "review",
 ]
 
 

@@ -1,0 +1,155 @@
+"""Load the TOML config: defaults < file < SNAPOPS_* environment < explicit overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from snapops.formats.errors import ConfigError
+
+from .schema import FORMATS, POLICIES, Config, RemoteConfig
+
+SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold"}
+CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
+           "daemon.log_level": ("debug", "info", "warning", "error"),
+           "daemon.log_format": ("text", "json")}
+MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max": 1,
+           "push.backoff_initial": 0.0, "push.backoff_max": 0.0, "push.backoff_factor": 1.0,
+           "push.jitter": 0.0, "push.timeout": 1.0, "daemon.poll_interval": 0.05,
+           "snapshot.rows_per_chunk": 0}
+
+
+def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read ``path`` (optional), apply SNAPOPS_* variables from ``env`` and ``overrides``
+    (``{"snapshot.format": "fold"}``), validate, and return a frozen Config."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    base = Path(".")
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+        base = p.resolve().parent
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(f"{key}: unknown section (expected one of {', '.join(SECTIONS)})")
+    merged = {s: dict(data.get(s, {})) for s in SECTIONS}
+    for name, value in env.items():
+        if name.startswith("SNAPOPS_") and name != "SNAPOPS_MALLOC_TUNING":
+            section, _, key = name[8:].lower().partition("_")
+            if section in SECTIONS and key:
+                merged[section][key] = value
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        merged.setdefault(section, {})[key] = value
+    return build_config(merged, str(base))
+
+
+def build_config(merged: dict[str, dict[str, Any]], base_dir: str) -> Config:
+    defaults = Config()
+    sections = {}
+    for section in SECTIONS:
+        cls = type(getattr(defaults, section))
+        values = dict(merged.get(section, {}))
+        if section == "repo":
+            values["remotes"] = _remotes(values.pop("remote", values.pop("remotes", [])))
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in fields:
+                raise ConfigError(f"{section}.{key}: unknown key (known: {', '.join(fields)})")
+        parsed = {k: _coerce(f"{section}.{k}", v, getattr(getattr(defaults, section), k))
+                  for k, v in values.items()}
+        sections[section] = cls(**{**dataclasses.asdict(getattr(defaults, section)), **parsed}) \
+            if section != "repo" else cls(**{**_shallow(getattr(defaults, section)), **parsed})
+    return Config(**sections, base_dir=base_dir)
+
+
+def _shallow(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _remotes(value) -> tuple[RemoteConfig, ...]:
+    if isinstance(value, tuple) and all(isinstance(r, RemoteConfig) for r in value):
+        return value
+    if isinstance(value, str):  # SNAPOPS_REPO_REMOTE="origin=url,backup=url"
+        value = [dict(zip(("name", "url"), item.split("=", 1))) for item in value.split(",") if item]
+    if not isinstance(value, list):
+        raise ConfigError("repo.remote: expected [[repo.remote]] tables with name and url")
+    remotes = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) != {"name", "url"}:
+            raise ConfigError(f"repo.remote[{i}]: expected exactly the keys name and url")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", str(item["name"])):
+            raise ConfigError(f"repo.remote[{i}].name: expected [A-Za-z0-9._-]+")
+        remotes.append(RemoteConfig(str(item["name"]), str(item["url"])))
+    if len({r.name for r in remotes}) != len(remotes):
+        raise ConfigError("repo.remote: remote names must be unique")
+    return tuple(remotes)
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if key == "repo.remotes":
+        return value
+    try:
+        if key in SIZE_KEYS:
+            value = _size(value)
+        elif isinstance(default, bool):
+            value = _bool(value)
+        elif isinstance(default, int):
+            value = int(value) if not isinstance(value, bool) else _fail()
+        elif isinstance(default, float):
+            value = float(value) if not isinstance(value, bool) else _fail()
+        elif isinstance(default, tuple):
+            value = tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+            if not all(isinstance(v, str) for v in value):
+                _fail()
+        elif not isinstance(value, str):
+            _fail()
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected {type(default).__name__}"
+                          f"{' size like 32MiB' if key in SIZE_KEYS else ''}, got {value!r}") from None
+    if key in CHOICES and value not in CHOICES[key]:
+        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
+    if key in MINIMUM and value < MINIMUM[key]:
+        raise ConfigError(f"{key}: expected >= {MINIMUM[key]}, got {value!r}")
+    return value
+
+
+def _fail():
+    raise ValueError
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ValueError
+
+
+def _size(value) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _SIZE.fullmatch(str(value).strip())
+    if not m:
+        raise ValueError
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
+
+
+def resolve(config: Config, path: str) -> Path:
+    """A config path made absolute against the config file's folder."""
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else Path(config.base_dir) / p

@@ -1,0 +1,85 @@
+"""The one config schema: frozen dataclasses with defaults, and how each key is parsed.
+
+Layers: defaults < TOML file < ``SNAPOPS_<SECTION>_<KEY>`` environment < flags. Every error
+names the key path (``snapshot.format: expected one of ...``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FORMATS = ("wtxt", "fold", "aero", "pycauset", "finf")
+POLICIES = ("coalesce", "block")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    spool_dir: str = "spool"          # clients write the WAL and spooled generations here
+    state_dir: str = "state"          # daemon-private: push queue, status, lock
+    log_level: str = "info"
+    log_format: str = "text"          # text | json
+    poll_interval: float = 2.0        # seconds between WAL rescans (watchdog wakes it earlier)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    max_in_flight: int = 2            # pinned generations not yet spooled
+    policy: str = "coalesce"          # coalesce | block
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    run: str = "run"
+    format: str = "wtxt"
+    row_blocking: bool = True
+    rows_per_chunk: int = 0           # 0: the format's default
+    shard_max: int = 32 << 20         # raw bytes per shard file
+    streaming_threshold: int = 1 << 30  # WTXT shards above this are written with WSUM
+    delta: bool = False               # also write DELTA v2 files beside changed WTXT shards
+    schema: str = "weights/v1"
+    build: str = "unknown"
+    host: str = "cpu"
+    cuda: str = "off"
+
+
+@dataclass(frozen=True)
+class SealConfig:
+    hmac_key: str = ""
+    sign_key: str = ""
+    age_recipients: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    path: str = "snapshot-repo"
+    branch: str = "main"
+    author_name: str = "snapops"
+    author_email: str = "snapops@localhost"
+    retention: int = 8                # local ring: spool and work files of the last K gens
+    remotes: tuple[RemoteConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    backoff_initial: float = 1.0
+    backoff_max: float = 300.0
+    backoff_factor: float = 2.0
+    jitter: float = 0.2               # +- fraction of each delay
+    timeout: float = 120.0            # seconds for one git push
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    seal: SealConfig = field(default_factory=SealConfig)
+    repo: RepoConfig = field(default_factory=RepoConfig)
+    push: PushConfig = field(default_factory=PushConfig)
+    base_dir: str = "."               # relative paths resolve against the config file's folder

@@ -1,0 +1,232 @@
+"""The training side: ``Snapshotter.request(state, gen)`` pins a copy and returns at once.
+
+The only hot-path costs are one copy of the arrays into recycled buffers and one WAL
+``write()``; a spool thread writes pinned generations to the spool folder (zero-encoding,
+fsynced, atomic) and records SPOOLED. At most ``max_in_flight`` generations wait for the spool
+thread: with ``policy="coalesce"`` a newer request replaces the newest waiting one (recorded
+as DROPPED ... reason=coalesced), with ``policy="block"`` ``request`` waits for room.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from snapops.formats.errors import DataError, SnapopsError
+
+from .lifecycle import DROPPED, REQ, SPOOLED
+from .spool import spool_name, write_spool
+from .wal import Wal, replay
+
+log = logging.getLogger("snapops.client")
+WAL_NAME = "wal.log"
+
+
+@dataclass
+class Pinned:
+    gen: int
+    arrays: dict[str, np.ndarray]
+    bf16: frozenset[str]
+    ts: str
+    nbytes: int
+
+
+class BufferPool:
+    """Recycles pinned buffers by (shape, dtype) so a copy lands in warm memory."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: dict[tuple, list[np.ndarray]] = collections.defaultdict(list)
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        with self._lock:
+            free = self._free.get((shape, dtype.str))
+            if free:
+                return free.pop()
+        return np.empty(shape, dtype)
+
+    def give(self, arrays: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            for array in arrays.values():
+                free = self._free[(array.shape, array.dtype.str)]
+                if len(free) < self.keep:
+                    free.append(array)
+
+
+def _state_items(state: Any):
+    if hasattr(state, "state_dict") and callable(state.state_dict):
+        state = state.state_dict()
+    if not isinstance(state, Mapping):
+        raise DataError(f"expected a mapping of arrays (or a module), got {type(state).__name__}")
+    return state.items()
+
+
+def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[str]]:
+    """Copy every array (numpy, or torch on CPU/CUDA) into host buffers the caller owns."""
+    arrays, bf16 = {}, set()
+    for name, value in _state_items(state):
+        if not isinstance(name, str):
+            raise DataError(f"array names must be str, got {name!r}")
+        if hasattr(value, "detach") and hasattr(value, "cpu"):
+            arrays[name], is_bf16 = _pin_tensor(value, pool)
+            if is_bf16:
+                bf16.add(name)
+            continue
+        array = np.asarray(value)
+        if array.dtype.hasobject or array.dtype.kind not in "biuf":
+            raise DataError(f"array {name!r}: dtype {array.dtype} cannot be snapshotted")
+        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+        buf = pool.take(array.shape, dtype)
+        np.copyto(buf, array, casting="equiv")
+        arrays[name] = buf
+    return arrays, frozenset(bf16)
+
+
+def _pin_tensor(tensor, pool: BufferPool) -> tuple[np.ndarray, bool]:
+    import torch
+
+    t = tensor.detach()
+    is_bf16 = t.dtype == torch.bfloat16
+    if is_bf16:
+        t = t.view(torch.int16)
+    if t.device.type != "cpu":
+        host = t.to("cpu")  # the device-to-host transfer is the copy
+        array = host.numpy()
+        return (array.view(np.uint16) if is_bf16 else array), is_bf16
+    dtype = np.dtype(np.uint16) if is_bf16 else torch.empty((), dtype=t.dtype).numpy().dtype
+    buf = pool.take(tuple(t.shape), dtype)
+    torch.from_numpy(buf.view(np.int16) if is_bf16 else buf).copy_(t)
+    return buf, is_bf16
+
+
+class Snapshotter:
+    """Hand generations to the snapops daemon without waiting for it.
+
+    >>> snap = Snapshotter("spool", max_in_flight=2)
+    >>> for step in range(1000):
+    ...     train_step()
+    ...     if step % 10 == 0:
+    ...         snap.request(model.state_dict(), gen=step)
+    >>> snap.close()
+    """
+
+    def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,
+                 policy: str = "coalesce", clock=time.time) -> None:
+        if policy not in ("coalesce", "block"):
+            raise DataError(f"policy: expected coalesce or block, got {policy!r}")
+        if max_in_flight < 1:
+            raise DataError("max_in_flight must be >= 1")
+        self.spool_dir = Path(spool_dir)
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
+        state, _ = replay(self.spool_dir / WAL_NAME)
+        self.last_gen = max(state.gens, default=-1)
+        self.wal = Wal(self.spool_dir / WAL_NAME)
+        self.pool = BufferPool(keep=max_in_flight + 1)
+        self._pending: collections.deque[Pinned] = collections.deque()
+        self._busy = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="snapops-spool")
+        self._thread.start()
+
+    def request(self, state: Any, gen: int) -> None:
+        """Pin ``state`` as generation ``gen`` (> every earlier gen) and return."""
+        if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
+            raise DataError(f"gen must be an int >= 0, got {gen!r}")
+        arrays, bf16 = pin(state, self.pool)
+        ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()))
+        with self._cond:
+            self._check_open()
+            if gen <= self.last_gen:
+                self.pool.give(arrays)
+                raise DataError(f"gen {gen} is not greater than the last requested gen "
+                                f"{self.last_gen}")
+            if self.policy == "block":
+                while len(self._pending) >= self.max_in_flight and not self._error:
+                    self._cond.wait()
+                self._check_open()
+            self.last_gen = gen
+            self.wal.append(REQ, gen, arrays=len(arrays), bytes=pinned.nbytes)
+            if len(self._pending) >= self.max_in_flight:
+                dropped = self._pending.pop()
+                self.wal.append(DROPPED, dropped.gen, reason="coalesced", by=gen)
+                self.pool.give(dropped.arrays)
+            self._pending.append(pinned)
+            self._cond.notify_all()
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise SnapopsError(f"spool writer failed: {self._error}") from self._error
+        if self._closed:
+            raise SnapopsError("Snapshotter is closed")
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                item = self._pending.popleft()
+                self._busy = True
+                self._cond.notify_all()
+            try:
+                name = spool_name(item.gen)
+                size = write_spool(self.spool_dir / name, item.gen, item.arrays,
+                                   {"ts": item.ts}, item.bf16)
+                self.wal.append(SPOOLED, item.gen, file=name, bytes=size)
+                self.wal.sync()
+            except BaseException as exc:  # disk full, permissions: surface to the trainer
+                log.error("spooling gen %d failed: %s", item.gen, exc)
+                with self._cond:
+                    self._error = exc
+                    self._busy = False
+                    self._cond.notify_all()
+                return
+            finally:
+                self.pool.give(item.arrays)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every pinned generation is spooled; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while (self._pending or self._busy) and self._error is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            if self._error is not None:
+                raise SnapopsError(f"spool writer failed: {self._error}") from self._error
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Spool everything still pinned, then stop the spool thread."""
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._thread.join(timeout)
+            self.wal.close()
+
+    def __enter__(self) -> "Snapshotter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,119 @@
+"""snapops daemon run / status, and snapops request (hand a state file to a running daemon)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from snapops.config import load_config, resolve
+
+from ._common import add_command
+
+
+def _config(args):
+    overrides = {}
+    if getattr(args, "spool_dir", None):
+        overrides["daemon.spool_dir"] = args.spool_dir
+    return load_config(args.config, overrides=overrides)
+
+
+def run_daemon(args) -> int:
+    from snapops.daemon.logs import setup_logging
+    from snapops.daemon.service import Daemon
+
+    config = _config(args)
+    setup_logging(config.daemon.log_level, config.daemon.log_format)
+    return Daemon(config).run()
+
+
+def run_status(args) -> int:
+    from snapops.daemon.client import WAL_NAME
+    from snapops.daemon.service import status_from
+    from snapops.daemon.wal import replay
+
+    config = _config(args)
+    state_file = resolve(config, config.daemon.state_dir) / "status.json"
+    wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME)
+    status = status_from(wal_state, {r.name for r in config.repo.remotes})
+    try:
+        daemon = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        daemon = {}
+    status["daemon"] = {k: daemon.get(k) for k in ("pid", "started", "failures", "push",
+                                                    "retry_at")}
+    status["daemon_running"] = _running(resolve(config, config.daemon.state_dir))
+    status["wal_corrupt_lines"] = len(reader.bad)
+    if args.json:
+        json.dump(status, sys.stdout, indent=2, sort_keys=True, default=str)
+        print()
+        return 0
+    print(f"daemon: {'running' if status['daemon_running'] else 'not running'}")
+    for key in ("last_requested", "last_spooled", "last_committed", "last_pushed",
+                "push_queue_depth", "waiting_to_serialize", "dropped"):
+        print(f"  {key}: {status[key]}")
+    for remote, info in (status["daemon"].get("push") or {}).items():
+        print(f"  remote {remote}: {info}")
+    for failure in (status["daemon"].get("failures") or [])[-5:]:
+        print(f"  failure gen {failure['gen']} ({failure['stage']}): {failure['error']}")
+    return 0
+
+
+def _running(state_dir) -> bool:
+    import fcntl
+    import os
+
+    path = state_dir / "daemon.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def run_request(args) -> int:
+    from snapops.daemon.client import Snapshotter
+    from snapops.formats.registry import detect
+
+    config = _config(args)
+    snapshot = detect(args.state).load(args.state)
+    with Snapshotter(resolve(config, config.daemon.spool_dir),
+                     max_in_flight=config.client.max_in_flight,
+                     policy=config.client.policy) as client:
+        client.request(snapshot.arrays, args.gen)
+    print(f"requested gen {args.gen} ({len(snapshot)} arrays, {snapshot.nbytes} bytes)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("daemon", help="run or inspect the snapshot daemon",
+                       description="The snapshot daemon serializes, seals, commits and pushes "
+                                   "the generations training processes request.")
+    dsub = p.add_subparsers(dest="daemon_command", metavar="ACTION")
+    run = add_command(
+        dsub, "run", help="run the daemon in the foreground (SIGTERM stops it cleanly)",
+        description="Watch the spool folder, turn every requested generation into verified "
+                    "snapshot files, a ledger line, a commit and a tag, and push them through a "
+                    "persistent resend queue.",
+        example="snapops daemon run --config /etc/snapops/snapops.toml", func=run_daemon)
+    status = add_command(
+        dsub, "status", help="queue depth, last generations, failures, retry times",
+        description="Show what the WAL and the daemon's status file say: last generation "
+                    "requested / committed / pushed per remote, queue depth, failures.",
+        example="snapops daemon status --config snapops.toml --json", func=run_status)
+    for q in (run, status):
+        q.add_argument("--config", help="TOML config (default: built-in defaults + SNAPOPS_*)")
+    status.add_argument("--json", action="store_true")
+    p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])
+    req = add_command(
+        sub, "request", help="hand a state file to the daemon as generation N",
+        description="Load a state (.npz, .safetensors, any snapshot format) and request it as "
+                    "generation N through the spool folder, as a training process would.",
+        example="snapops request --gen 12 state.npz --config snapops.toml", func=run_request)
+    req.add_argument("state")
+    req.add_argument("--gen", type=int, required=True)
+    req.add_argument("--config")

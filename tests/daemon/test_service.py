@@ -1,0 +1,245 @@
+"""The daemon end to end with real Git: pushes to a bare repo and to git daemon on 127.0.0.1,
+remote outages, SIGKILL at random points, a full disk, an unwritable repo, bad spool/WAL."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from snapops.cli import main
+from snapops.daemon.checkout import load_generation, verify_generation
+from snapops.daemon.lifecycle import DROPPED, PUSHED
+from snapops.daemon.ledger import Ledger
+from snapops.daemon.wal import replay
+
+from .daemon_env import DaemonEnv, state_for
+from .gitserve import GitDaemon, git, init_bare
+
+
+def verify_remote(env: DaemonEnv, url: str, tmp_path, expected: dict[int, dict]) -> list[str]:
+    """Clone ``url`` and check every generation tag: files, MANIFEST, ledger, arrays."""
+    clone = tmp_path / f"clone-{random.randrange(1 << 30)}"
+    git("clone", "-q", url, str(clone))
+    tags = env.remote_tags(url)
+    for tag in tags:
+        git("checkout", "-q", tag, cwd=clone)
+        report = verify_generation(clone, "t", hmac_key=env.keys / "hmac.key",
+                                   trusted_keys=[env.keys / "signing.pub"])
+        assert report.ok, (tag, report.failure)
+        gen = int(tag.rsplit("-", 1)[1])
+        if gen in expected:
+            loaded = load_generation(clone, "t")
+            for name, array in expected[gen].items():
+                assert np.array_equal(loaded[name], array), (tag, name)
+    git("checkout", "-q", "main", cwd=clone)
+    ledger = Ledger(clone / "ledger" / "t.ledger", root=clone)
+    assert ledger.verify(check_files=False).ok
+    assert [e.gen for e in ledger.entries()] == [int(t.rsplit("-", 1)[1]) for t in tags]
+    shutil.rmtree(clone)
+    return tags
+
+
+def pushed_counts(env: DaemonEnv) -> dict[tuple[int, str], int]:
+    counts: dict[tuple[int, str], int] = {}
+    from snapops.daemon.wal import WalReader
+
+    for record in WalReader(env.spool / "wal.log").read_new():
+        if record.event == PUSHED:
+            key = (record.gen, record.fields["remote"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_pushes_to_bare_repo_and_git_daemon(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    init_bare(served / "snap.git")
+    server = GitDaemon(served)
+    server.start()
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"bare": str(bare), "net": server.url("snap.git")})
+    try:
+        env.start()
+        expected = {}
+        with env.client(policy="block") as client:
+            for gen in (1, 2, 3):
+                expected[gen] = state_for(gen)
+                client.request(expected[gen], gen)
+        env.wait(env.all_pushed, what="both remotes")
+        assert env.terminate() == 0
+        for url in (str(bare), server.url("snap.git")):
+            assert verify_remote(env, url, tmp_path, expected) == \
+                ["t/gen-000001", "t/gen-000002", "t/gen-000003"]
+        assert set(pushed_counts(env).values()) == {1}
+        message = git("log", "-1", "--format=%s", "t/gen-000003", cwd=bare)
+        assert "gen 3" in message and "merkle_this=" in message
+    finally:
+        env.kill()
+        server.stop()
+
+
+def test_remote_down_queue_grows_then_drains_in_order(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    init_bare(served / "snap.git")
+    server = GitDaemon(served)  # not started: the remote is down
+    env = DaemonEnv(tmp_path, {"net": server.url("snap.git")})
+    try:
+        env.start()
+        with env.client(policy="block") as client:
+            for gen in range(1, 6):
+                client.request(state_for(gen), gen)
+        env.wait(lambda: env.status()["push_queue_depth"] == 5, what="5 queued pushes")
+        time.sleep(1.0)
+        assert env.status()["push_queue_depth"] == 5 and env.status()["last_pushed"]["net"] is None
+        server.start()
+        env.wait(env.all_pushed, what="queue drained")
+        assert env.terminate() == 0
+        assert set(pushed_counts(env).values()) == {1}
+        log = git("log", "--format=%s", "main", cwd=served / "snap.git").splitlines()
+        assert [line.split(" gen ")[1].split()[0] for line in reversed(log)] == \
+            ["1", "2", "3", "4", "5"]
+        verify_remote(env, server.url("snap.git"), tmp_path, {})
+    finally:
+        env.kill()
+        server.stop()
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_sigkill_at_random_points_recovers_exactly(tmp_path, block):
+    """5 kill/restart cycles per case (20 in the suite; scripts/soak.py runs more)."""
+    rng = random.Random(1000 + block)
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    expected = {}
+    gen = 0
+    try:
+        for cycle in range(5):
+            env.start()
+            with env.client(max_in_flight=2) as client:
+                for _ in range(rng.randint(1, 3)):
+                    gen += 1
+                    expected[gen] = state_for(gen)
+                    client.request(expected[gen], gen)
+            time.sleep(rng.uniform(0.0, 1.5))
+            env.kill()
+        env.start()
+        env.wait(env.all_pushed, what="recovery after SIGKILLs")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    state = env.state()
+    for g in expected:
+        record = state.gens[g]
+        assert record.state == PUSHED or (record.state == DROPPED
+                                          and record.fields["reason"] == "coalesced"), record
+    committed = {g for g in expected if state.gens[g].state == PUSHED}
+    tags = verify_remote(env, str(bare), tmp_path, expected)
+    assert [int(t.rsplit("-", 1)[1]) for t in tags] == sorted(committed)
+    assert set(pushed_counts(env).values()) == {1}
+    assert int(git("rev-list", "--count", "main", cwd=bare)) == len(committed)
+
+
+def _mount_tmpfs(path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                   check=True)
+
+
+def test_disk_full_is_retried_and_never_commits_partial(tmp_path):
+    mnt = tmp_path / "small"
+    _mount_tmpfs(mnt, "600k")
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)}, repo=mnt / "repo")
+    try:
+        env.start()
+        big = {"w": np.random.default_rng(1).standard_normal((1024, 256)).astype(np.float32)}
+        with env.client() as client:
+            client.request(big, 1)
+        env.wait(lambda: "No space left" in env.log.read_text(), what="disk full error")
+        time.sleep(0.5)
+        assert env.proc.poll() is None, "the daemon keeps running"
+        status = subprocess.run([sys.executable, "-m", "snapops", "daemon", "status", "--config", str(env.config),
+                                 "--json"], capture_output=True, text=True)
+        assert status.returncode == 0 and '"last_committed": null' in status.stdout
+        assert env.remote_tags(str(bare)) == []
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+        env.wait(env.all_pushed, timeout=120, what="push after space was freed")
+        assert env.terminate() == 0
+        verify_remote(env, str(bare), tmp_path, {1: big})
+    finally:
+        env.kill()
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_unwritable_repo_is_retried(tmp_path):
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    (env.repo / "snapshots").mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(env.repo / "snapshots")], check=True)
+    try:
+        env.start()
+        with env.client() as client:
+            client.request(state_for(1), 1)
+        env.wait(lambda: "serialize/commit failed" in env.log.read_text(), what="repo error")
+        assert env.proc.poll() is None and env.remote_tags(str(bare)) == []
+        subprocess.run(["chattr", "-i", str(env.repo / "snapshots")], check=True)
+        env.wait(env.all_pushed, timeout=120, what="push after the repo became writable")
+        assert env.terminate() == 0
+    finally:
+        subprocess.run(["chattr", "-i", str(env.repo / "snapshots")], check=False)
+        env.kill()
+
+
+def test_bad_spool_and_wal_content_are_skipped(tmp_path):
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    with env.client() as client:
+        client.request(state_for(1), 1)
+        client.request(state_for(2), 2)
+    spool = next(env.spool.glob("gen-*1.spool"))
+    data = bytearray(spool.read_bytes())
+    data[-10] ^= 0xFF
+    spool.write_bytes(bytes(data))
+    with open(env.spool / "wal.log", "ab") as wal:
+        wal.write(b"this is not a record\nSPOOLED gen=99 crc=00000000\n")
+    try:
+        env.start()
+        env.wait(env.all_pushed, what="good generations pushed")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    state = env.state()
+    assert state.gens[1].state == DROPPED and state.gens[1].fields["reason"] == "bad_spool"
+    assert state.gens[2].state == PUSHED
+    log = env.log.read_text()
+    assert "corrupt record" in log and "bad_spool" in log
+    assert env.remote_tags(str(bare)) == ["t/gen-000002"]
+
+
+def test_request_cli_status_and_second_daemon_refused(tmp_path, capsys):
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    np.savez(tmp_path / "state.npz", **state_for(4))
+    try:
+        env.start()
+        env.wait(lambda: (tmp_path / "state" / "status.json").exists(), what="status file")
+        second = subprocess.run([sys.executable, "-m", "snapops", "daemon", "run", "--config", str(env.config)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and "another snapops daemon" in second.stderr
+        assert main(["request", "--gen", "4", str(tmp_path / "state.npz"),
+                     "--config", str(env.config)]) == 0
+        env.wait(env.all_pushed, what="requested state pushed")
+        capsys.readouterr()
+        assert main(["daemon", "status", "--config", str(env.config)]) == 0
+        out = capsys.readouterr().out
+        assert "daemon: running" in out and "last_committed: 4" in out
+    finally:
+        env.terminate()
+        env.kill()

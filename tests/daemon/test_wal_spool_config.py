@@ -1,0 +1,113 @@
+"""WAL records and replay, the lifecycle table, spool files, and the config loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snapops.config import load_config
+from snapops.daemon.lifecycle import (
+    COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED, Generation, IllegalTransition,
+)
+from snapops.daemon.spool import Spool, write_spool
+from snapops.daemon.wal import Wal, format_record, parse_line, replay
+from snapops.formats.errors import ConfigError, FormatError
+
+
+def test_record_roundtrip_and_crc():
+    line = format_record(SPOOLED, 12, {"file": "gen-000000000012.spool", "bytes": 99})
+    record = parse_line(line[:-1], 1)
+    assert record.event == SPOOLED and record.gen == 12 and record.fields["bytes"] == "99"
+    assert parse_line(line[:-1].replace(b"bytes=99", b"bytes=98"), 1) is None
+    with pytest.raises(ValueError):
+        format_record(REQ, 1, {"note": "has space"})
+
+
+def test_transition_table():
+    g = Generation(1)
+    for event in (REQ, SPOOLED, SERIALIZED, SERIALIZED, COMMITTED, PUSHED, PUSHED):
+        g.apply(event, {"remote": "a"} if event == PUSHED else {})
+    assert g.state == PUSHED and g.fully_pushed({"a"}) and not g.fully_pushed({"a", "b"})
+    with pytest.raises(IllegalTransition):
+        Generation(2).apply(SPOOLED, {})
+    d = Generation(3)
+    d.apply(REQ, {})
+    d.apply(DROPPED, {"reason": "coalesced"})
+    with pytest.raises(IllegalTransition):
+        d.apply(SPOOLED, {})
+
+
+def test_replay_skips_corrupt_torn_and_illegal_records(tmp_path):
+    wal = Wal(tmp_path / "wal.log")
+    wal.append(REQ, 1)
+    wal.append(SPOOLED, 1, file="f")
+    wal.append(COMMITTED, 7)  # illegal: gen 7 never requested
+    wal.close()
+    with open(tmp_path / "wal.log", "ab") as f:
+        f.write(b"garbage line\n")
+        f.write(format_record(REQ, 2, {}).replace(b"gen=2", b"gen=3"))  # crc mismatch
+        f.write(b"REQ gen=4 crc=")  # torn: no LF yet
+    state, reader = replay(tmp_path / "wal.log")
+    assert state.gens[1].state == SPOOLED
+    assert 3 not in state.gens and state.gens[7].state is None
+    assert len(reader.bad) == 2 and len(state.rejected) == 1
+    with open(tmp_path / "wal.log", "ab") as f:
+        f.write(b"deadbeef\n")  # completes the torn line as garbage
+    assert reader.read_new() == [] and len(reader.bad) == 3
+
+
+def test_spool_roundtrip_and_corruption(tmp_path):
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "s": np.array(5, np.int64),
+              "e": np.zeros((0, 2), np.uint8), "m": np.array([True, False])}
+    path = tmp_path / "g.spool"
+    write_spool(path, 9, arrays, {"ts": "2026-01-02T03:04:05Z"})
+    with Spool(path) as spool:
+        got = spool.arrays()
+        assert spool.gen == 9 and spool.meta["ts"] == "2026-01-02T03:04:05Z"
+        for name, array in arrays.items():
+            assert np.array_equal(got[name], array) and got[name].dtype == array.dtype
+        del got
+    data = bytearray(path.read_bytes())
+    data[-60] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with Spool(path) as spool, pytest.raises(FormatError, match="crc32c"):
+        spool.arrays()
+    for bad in (b"", b"SNAPSPOOL 1\n{not json}\n", b"SNAPSPOOL 1\n" + b"x" * 100,
+                b'SNAPSPOOL 1\n{"gen":1,"meta":{},"arrays":[{"name":"a","dtype":"O",'
+                b'"shape":[1],"offset":0,"nbytes":8,"crc32c":0}]}\n',
+                b'SNAPSPOOL 1\n{"gen":1,"meta":{},"arrays":[{"name":"a","dtype":"<f4",'
+                b'"shape":[1000000],"offset":0,"nbytes":4000000,"crc32c":0}]}\n'):
+        path.write_bytes(bad)
+        with pytest.raises(FormatError):
+            Spool(path).arrays()
+
+
+def test_config_layers_and_errors(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[snapshot]\nformat = "aero"\nshard_max = "1MiB"\n'
+                    '[[repo.remote]]\nname = "origin"\nurl = "/x.git"\n')
+    config = load_config(path, env={"SNAPOPS_SNAPSHOT_RUN": "exp7",
+                                    "SNAPOPS_CLIENT_MAX_IN_FLIGHT": "3"})
+    assert config.snapshot.format == "aero" and config.snapshot.shard_max == 1 << 20
+    assert config.snapshot.run == "exp7" and config.client.max_in_flight == 3
+    assert config.repo.remotes[0].url == "/x.git" and config.base_dir == str(tmp_path)
+    assert load_config(path, overrides={"snapshot.format": "wtxt"}).snapshot.format == "wtxt"
+    for text, key in [('[snapshot]\nformat = "zip"\n', "snapshot.format"),
+                      ('[snapshot]\nshard_max = "lots"\n', "snapshot.shard_max"),
+                      ('[client]\nmax_in_flight = 0\n', "client.max_in_flight"),
+                      ('[nope]\n', "nope"), ('[daemon]\ncolour = 1\n', "daemon.colour"),
+                      ('[[repo.remote]]\nname = "a"\n', "repo.remote[0]"),
+                      ('[snapshot\n', "invalid TOML")]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+            load_config(path, env={})
+
+
+def test_shipped_example_config_loads():
+    from pathlib import Path
+
+    import snapops.config
+
+    example = Path(snapops.config.__file__).with_name("snapops.toml")
+    config = load_config(example, env={})
+    assert config.snapshot.format == "wtxt" and config.client.policy == "coalesce"
