@@ -60,6 +60,7 @@ class Daemon:
         from .gitops import SnapshotRepo
         from .pushq import PushQueue
 
+        self._install_signals()  # first: a SIGTERM during start-up must still stop cleanly
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lock = self._lock()
@@ -72,13 +73,14 @@ class Daemon:
         self.remotes = {r.name for r in self.config.repo.remotes}
         self.pushq = PushQueue(self.repo, self.config.repo.remotes, self.config.push,
                                on_pushed=self._on_pushed, run=self.config.snapshot.run)
+        self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         observer = self._watch()
-        self._install_signals()
         try:
             self._sync_state()
             for gen in self.state.in_state(COMMITTED, PUSHED):
-                if not gen.fully_pushed(self.remotes):
-                    self.pushq.enqueue(gen.gen)
+                missing = self.remotes - gen.pushed
+                if missing:
+                    self.pushq.enqueue(gen.gen, remotes=sorted(missing))
             self.pushq.start()
             log.info("daemon started: spool=%s repo=%s remotes=%s", self.spool_dir,
                      self.repo_dir, ",".join(sorted(self.remotes)) or "-")

@@ -34,6 +34,7 @@ HANDLER_MODULES = {
     "wtxt": "snapops.formats.wtxt",
     "aero": "snapops.formats.aero",
     "aeroset": "snapops.formats.aero",
+    "fold": "snapops.formats.fold",
     "pycauset": "snapops.formats.pycauset",
     "npz": "snapops.formats.plain",
     "safetensors": "snapops.formats.plain",

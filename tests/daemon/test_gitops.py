@@ -335,8 +335,8 @@ def test_push_failures_are_push_errors_naming_the_remote(repo, tmp_path, git_dae
 def test_push_timeout_kills_git(repo, silent_server):
     tags = commit_gens(repo, 1, 1)
     start = time.monotonic()
-    with pytest.raises(PushError, match=r"did not complete in 1\.5 secs"):
-        repo.push(f"git://127.0.0.1:{silent_server}/x.git", tags, timeout=1.5)
+    with pytest.raises(PushError, match=r"did not complete in 1 secs"):
+        repo.push(f"git://127.0.0.1:{silent_server}/x.git", tags, timeout=1.0)
     assert time.monotonic() - start < 10
 
 
