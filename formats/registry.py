@@ -35,6 +35,7 @@ HANDLER_MODULES = {
     "aero": "snapops.formats.aero",
     "aeroset": "snapops.formats.aero",
     "fold": "snapops.formats.fold",
+    "finf": "snapops.formats.finf",
     "pycauset": "snapops.formats.pycauset",
     "npz": "snapops.formats.plain",
     "safetensors": "snapops.formats.plain",

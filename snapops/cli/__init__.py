@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "delta",
     "daemon",
     "ledger",
+    "finf",
     "hooks",
     "hook",
     "diff",

@@ -9,7 +9,7 @@ from snapops.formats.errors import FormatError, SnapopsError
 from snapops.formats.registry import detect
 from snapops.formats.report import Report
 
-from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command
+from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
 
 
 def verify_one(path: str, args) -> Report:
@@ -66,6 +66,12 @@ def verify_encrypted(path: str, args) -> Report:
 
 
 def run(args) -> int:
+    if args.ci or args.range:
+        return run_ci(args)
+    if not args.files:
+        print("snapops verify: error: give FILE... (or --ci --range BASE..HEAD)",
+              file=sys.stderr)
+        return EXIT_INPUT
     reports = [verify_one(path, args) for path in args.files]
     if args.json:
         json.dump([r.to_dict() for r in reports], sys.stdout, indent=2)
@@ -75,6 +81,23 @@ def run(args) -> int:
             stream = sys.stdout if report.ok else sys.stderr
             print(report.summary(), file=stream)
     return EXIT_OK if all(r.ok for r in reports) else EXIT_VERIFY_FAILED
+
+
+def run_ci(args) -> int:
+    """Every snapshot file and ledger changed in a commit range (the pre-push checks)."""
+    from snapops.hooks.gitio import Git
+    from snapops.hooks.repo_config import load_repo_config
+    from snapops.hooks.runner import run_range
+
+    if not (args.ci and args.range) or args.files:
+        print("snapops verify: error: --ci needs --range BASE..HEAD and no FILE",
+              file=sys.stderr)
+        return EXIT_INPUT
+    git = Git(args.repo)
+    cfg = load_repo_config(git).overridden(
+        trusted_keys=args.trusted_key, require_signature=args.require_signature,
+        hmac_key=args.hmac_key, require_hmac=args.require_hmac)
+    return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json)
 
 
 def register(sub) -> None:
@@ -87,7 +110,7 @@ def register(sub) -> None:
         example="snapops verify snapshots/*.wtxt --hmac-key keys/hmac.key "
                 "--trusted-key keys/ --require-signature --json",
         func=run)
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--hmac-key", help="HMAC key file: check every array's HMAC")
     p.add_argument("--trusted-key", action="append", default=[],
                    help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
@@ -98,3 +121,8 @@ def register(sub) -> None:
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--ci", action="store_true",
+                   help="verify a commit range instead of files (with --range), as pre-push does")
+    p.add_argument("--range", metavar="BASE..HEAD",
+                   help="commits to verify with --ci (BASE all zeros or absent: whole history)")
+    p.add_argument("--repo", default=".", help="repository for --ci (default: .)")

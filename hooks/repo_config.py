@@ -1,0 +1,101 @@
+"""Per-repository hook settings, read with ``git config`` (so they live in ``.git/config``, the
+server's bare repository config, or ``git -c`` for one run) and passed around frozen.
+
+* ``snapops.trustedKeys`` (path, repeatable with ``git config --add``): a PEM Ed25519 public
+  key or a folder of ``*.pub``. Relative paths are resolved against the work tree's root (a
+  bare repository: its own folder). Giving keys makes every WTXT need a sign line by one of them.
+* ``snapops.requireSignature`` (bool): refuse unsigned snapshots (fails when no key is set).
+* ``snapops.hmacKey`` (path): HMAC key file (64 hex + LF); every array's HMAC is checked.
+* ``snapops.requireHmac`` (bool): refuse arrays without an HMAC (needs ``snapops.hmacKey``).
+* ``snapops.useWorktree`` (bool, default true): when a work-tree file hashes to the blob id
+  being checked, verify the file instead of inflating the blob; the hash covers exactly
+  the bytes verified, so the result is the blob's.
+* ``snapops.verbose`` (bool): print one line per verified file, with its notes.
+
+On a server, point ``snapops.trustedKeys`` at keys outside the repository: a pushed tree must
+never decide which keys are trusted.
+
+>>> cfg = load_repo_config(Git("."))
+>>> cfg.require_signature, cfg.trusted_keys
+(True, ('/srv/keys',))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from snapops.formats.errors import ConfigError
+
+from .gitio import Git
+
+KEYS = ("snapops.trustedKeys", "snapops.requireSignature", "snapops.hmacKey",
+        "snapops.requireHmac", "snapops.useWorktree", "snapops.verbose")
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    trusted_keys: tuple[str, ...] = ()
+    require_signature: bool = False
+    hmac_key: str | None = None
+    require_hmac: bool = False
+    use_worktree: bool = True
+    verbose: bool = False
+
+    def verify_options(self) -> dict:
+        """Keyword arguments for a format's ``verify`` (WTXT)."""
+        return {"hmac_key": self.hmac_key, "trusted_keys": list(self.trusted_keys) or None,
+                "require_signature": self.require_signature, "require_hmac": self.require_hmac}
+
+    def overridden(self, *, trusted_keys=(), require_signature=False, hmac_key=None,
+                   require_hmac=False) -> "RepoConfig":
+        """Flags on top of the repository's config: keys add up, requirements only tighten."""
+        return replace(self, trusted_keys=self.trusted_keys + tuple(map(os.fspath, trusted_keys)),
+                       require_signature=self.require_signature or require_signature,
+                       hmac_key=os.fspath(hmac_key) if hmac_key else self.hmac_key,
+                       require_hmac=self.require_hmac or require_hmac)
+
+
+def _values(git: Git, key: str, kind: str) -> list[str]:
+    out = git.run("config", f"--type={kind}", "--get-all", key, check=False)
+    if out:
+        return out.decode("utf-8", "surrogateescape").splitlines()
+    # exit 1 = unset; any other failure (a bad bool, a broken config file) must not pass silently
+    probe = git.run("config", "--get-all", key, check=False)
+    if probe:
+        raise ConfigError(f"git config {key}: not a valid {kind}: "
+                          f"{probe.decode('utf-8', 'replace').strip()!r}")
+    return []
+
+
+def _bool(git: Git, key: str, default: bool) -> bool:
+    values = _values(git, key, "bool")
+    return values[-1] == "true" if values else default
+
+
+def _anchor(git: Git, value: str, key: str) -> str:
+    path = Path(value)
+    if not path.is_absolute():
+        path = (git.toplevel() or git.git_dir()) / path
+    if not path.exists():
+        raise ConfigError(f"git config {key}: {path} does not exist")
+    return os.fspath(path)
+
+
+def load_repo_config(git: Git) -> RepoConfig:
+    """Read every ``snapops.*`` hook setting; ConfigError names the key that is wrong."""
+    keys = tuple(_anchor(git, v, "snapops.trustedKeys")
+                 for v in _values(git, "snapops.trustedKeys", "path"))
+    hmac = _values(git, "snapops.hmacKey", "path")
+    cfg = RepoConfig(
+        trusted_keys=keys,
+        require_signature=_bool(git, "snapops.requireSignature", False),
+        hmac_key=_anchor(git, hmac[-1], "snapops.hmacKey") if hmac else None,
+        require_hmac=_bool(git, "snapops.requireHmac", False),
+        use_worktree=_bool(git, "snapops.useWorktree", True),
+        verbose=_bool(git, "snapops.verbose", False),
+    )
+    if cfg.require_hmac and cfg.hmac_key is None:
+        raise ConfigError("snapops.requireHmac is true but snapops.hmacKey is not set")
+    return cfg

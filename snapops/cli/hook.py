@@ -1,0 +1,27 @@
+"""snapops hook NAME: what installed git hooks run (exit 0 accept, 1 refuse, 2 error)."""
+
+from __future__ import annotations
+
+from ._common import add_command
+
+HOOKS = ("pre-commit", "pre-push", "pre-receive", "pre-commit-framework")
+
+
+def run(args) -> int:
+    from snapops.hooks.runner import run_hook
+
+    return run_hook(args.name, args.args, repo=args.repo)
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "hook", help="run a git hook's checks (called by installed hooks)",
+        description="pre-commit verifies the staged snapshot files and ledgers; pre-push and "
+                    "pre-receive read git's ref lines on stdin and verify every new commit, "
+                    "naming commit, file, line and check; pre-commit-framework serves the "
+                    "pre-commit framework (.pre-commit-hooks.yaml).",
+        example="printf '%s %s refs/heads/main\\n' \"$OLD\" \"$NEW\" | snapops hook pre-receive",
+        func=run)
+    p.add_argument("name", choices=HOOKS, metavar="NAME", help=", ".join(HOOKS))
+    p.add_argument("args", nargs="*", metavar="ARG", help="the hook's arguments from git")
+    p.add_argument("--repo", default=".", help="repository (default: the current folder)")

@@ -1,0 +1,55 @@
+"""snapops hooks install/uninstall: put the verifying git hooks into a repository."""
+
+from __future__ import annotations
+
+import sys
+
+from ._common import EXIT_INPUT, EXIT_OK, add_command
+
+HOOK_NAMES = ("pre-commit", "pre-push", "pre-receive")
+
+
+def run_install(args) -> int:
+    from snapops.hooks.install import install_hooks
+
+    for action in install_hooks(args.repo, hooks=tuple(args.hook) or None):
+        print(f"{action.action:<9} {action.path}")
+    return EXIT_OK
+
+
+def run_uninstall(args) -> int:
+    from snapops.hooks.install import uninstall_hooks
+
+    for action in uninstall_hooks(args.repo, hooks=tuple(args.hook) or None):
+        print(f"{action.action:<9} {action.path}")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "hooks", help="install or uninstall the snapshot-verifying git hooks",
+        description="Hooks call `snapops hook NAME`; settings come from `git config snapops.*` "
+                    "(trustedKeys, requireSignature, hmacKey, requireHmac).",
+        example="snapops hooks install . && git config snapops.trustedKeys keys/", func=None)
+
+    def run_help(args) -> int:
+        p.print_help(sys.stderr)
+        return EXIT_INPUT
+
+    p.set_defaults(func=run_help)
+    hsub = p.add_subparsers(dest="hooks_command", metavar="ACTION")
+    i = add_command(
+        hsub, "install", help="install pre-commit and pre-push (and pre-receive when bare)",
+        description="Idempotent. An existing hook that is not ours is kept as "
+                    "NAME.snapops-chained and still runs first; its failure refuses too. "
+                    "The hook records the absolute path of this snapops.",
+        example="snapops hooks install /srv/git/snapshots.git", func=run_install)
+    u = add_command(
+        hsub, "uninstall", help="remove our hooks, restoring chained originals",
+        description="Removes only hooks snapops installed; a chained original gets its "
+                    "name back.", example="snapops hooks uninstall .", func=run_uninstall)
+    for q in (i, u):
+        q.add_argument("repo", nargs="?", default=".", metavar="REPO",
+                       help="repository (work tree or bare; default: .)")
+        q.add_argument("--hook", action="append", default=[], choices=HOOK_NAMES,
+                       help="only this hook (repeatable; default: all that apply)")

@@ -1,0 +1,36 @@
+"""snapops review setup: configure git's diff drivers for snapshot review."""
+
+from __future__ import annotations
+
+import sys
+
+from ._common import add_command
+
+
+def run_setup(args) -> int:
+    from snapops.hooks.review import setup_repo
+
+    pairs = setup_repo(args.repo, command=args.command, attributes=args.attributes)
+    for key, value in pairs:
+        print(f"git config {key} {value!r}")
+    if args.attributes:
+        print("updated .gitattributes", file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("review", help="set up git for weight-diff review",
+                       description="Git integration of snapops diff/textconv.")
+    rsub = p.add_subparsers(dest="review_command", metavar="ACTION")
+    s = add_command(
+        rsub, "setup", help="configure the textconv and WTXT diff drivers in a repository",
+        description="Set diff.snapops.textconv (binary formats shown through snapops "
+                    "textconv, cached), and diff.wtxt.xfuncname (hunk headers of WTXT diffs "
+                    "name the array) in the repository's local git config. With --attributes, "
+                    "also add the missing patterns to its .gitattributes.",
+        example="snapops review setup ~/snapshot-repo --attributes", func=run_setup)
+    s.add_argument("repo", nargs="?", default=".", help="repository (default: current folder)")
+    s.add_argument("--attributes", action="store_true",
+                   help="append missing snapshot patterns to REPO/.gitattributes")
+    s.add_argument("--command", help="textconv command (default: snapops textconv)")
+    p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])
