@@ -20,11 +20,13 @@ _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
 SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold"}
 CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
            "daemon.log_level": ("debug", "info", "warning", "error"),
-           "daemon.log_format": ("text", "json")}
+           "daemon.log_format": ("text", "json"), "repo.delta": ("auto", "always", "never")}
 MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max": 1,
            "push.backoff_initial": 0.0, "push.backoff_max": 0.0, "push.backoff_factor": 1.0,
            "push.jitter": 0.0, "push.timeout": 1.0, "daemon.poll_interval": 0.05,
-           "snapshot.rows_per_chunk": 0}
+           "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0}
+
+MAXIMUM = {"repo.compression": 9, "daemon.nice": 19}
 
 
 def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,
@@ -125,6 +127,8 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
     if key in MINIMUM and value < MINIMUM[key]:
         raise ConfigError(f"{key}: expected >= {MINIMUM[key]}, got {value!r}")
+    if key in MAXIMUM and value > MAXIMUM[key]:
+        raise ConfigError(f"{key}: expected <= {MAXIMUM[key]}, got {value!r}")
     return value
 
 

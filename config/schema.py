@@ -19,6 +19,8 @@ class DaemonConfig:
     log_level: str = "info"
     log_format: str = "text"          # text | json
     poll_interval: float = 2.0        # seconds between WAL rescans (watchdog wakes it earlier)
+    nice: int = 19                    # CPU niceness of the daemon and its git children: training
+                                      # keeps the CPU, snapshots use idle cycles
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class RepoConfig:
     author_name: str = "snapops"
     author_email: str = "snapops@localhost"
     retention: int = 8                # local ring: spool and work files of the last K gens
+    compression: int = 0              # git zlib level: base64 of float weights barely
+                                      # compresses (~75% at best) and zlib runs at ~30 MB/s
+    delta: str = "auto"               # git delta search: auto (skip dense shards) | always | never
     remotes: tuple[RemoteConfig, ...] = ()
 
 

@@ -40,26 +40,29 @@ class Pinned:
 
 
 class BufferPool:
-    """Recycles pinned buffers by (shape, dtype) so a copy lands in warm memory."""
+    """Recycles whole generations of pinned buffers by layout (names, shapes, dtypes), so
+    the copy of a state lands in warm memory instead of fresh pages."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._free: dict[tuple, list[np.ndarray]] = collections.defaultdict(list)
+        self._free: dict[tuple, list[dict[str, np.ndarray]]] = {}
         self._lock = threading.Lock()
 
-    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    @staticmethod
+    def layout(arrays: dict[str, np.ndarray]) -> tuple:
+        return tuple((name, a.shape, a.dtype.str) for name, a in arrays.items())
+
+    def take(self, layout: tuple) -> dict[str, np.ndarray] | None:
         with self._lock:
-            free = self._free.get((shape, dtype.str))
-            if free:
-                return free.pop()
-        return np.empty(shape, dtype)
+            free = self._free.get(layout)
+            return free.pop() if free else None
 
     def give(self, arrays: dict[str, np.ndarray]) -> None:
+        key = self.layout(arrays)
         with self._lock:
-            for array in arrays.values():
-                free = self._free[(array.shape, array.dtype.str)]
-                if len(free) < self.keep:
-                    free.append(array)
+            free = self._free.setdefault(key, [])
+            if len(free) < self.keep:
+                free.append(arrays)
 
 
 def _state_items(state: Any):
@@ -72,26 +75,44 @@ def _state_items(state: Any):
 
 def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[str]]:
     """Copy every array (numpy, or torch on CPU/CUDA) into host buffers the caller owns."""
-    arrays, bf16 = {}, set()
+    sources, bf16 = {}, set()
     for name, value in _state_items(state):
         if not isinstance(name, str):
             raise DataError(f"array names must be str, got {name!r}")
         if hasattr(value, "detach") and hasattr(value, "cpu"):
-            arrays[name], is_bf16 = _pin_tensor(value, pool)
+            sources[name], is_bf16 = _tensor_source(value)
             if is_bf16:
                 bf16.add(name)
             continue
         array = np.asarray(value)
         if array.dtype.hasobject or array.dtype.kind not in "biuf":
             raise DataError(f"array {name!r}: dtype {array.dtype} cannot be snapshotted")
-        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
-        buf = pool.take(array.shape, dtype)
-        np.copyto(buf, array, casting="equiv")
-        arrays[name] = buf
-    return arrays, frozenset(bf16)
+        sources[name] = array
+    layout = tuple((n, a.shape, _le(a.dtype).str) for n, a in sources.items())
+    buffers = pool.take(layout) or {n: np.empty(a.shape, _le(a.dtype))
+                                    for n, a in sources.items()}
+    for name, source in sources.items():
+        _copy(buffers[name], source)
+    return buffers, frozenset(bf16)
 
 
-def _pin_tensor(tensor, pool: BufferPool) -> tuple[np.ndarray, bool]:
+def _le(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
+def _copy(dst: np.ndarray, src) -> None:
+    if isinstance(src, np.ndarray):
+        np.copyto(dst, src, casting="equiv")
+        return
+    import torch  # a CPU tensor: copy straight into the pinned numpy buffer
+
+    target = dst.view(np.int16) if dst.dtype == np.uint16 and src.tensor.dtype == torch.int16 \
+        else dst
+    torch.from_numpy(target).copy_(src.tensor)
+
+
+def _tensor_source(tensor):
+    """A numpy array (device tensors: copied to host) or a CPU tensor to copy from."""
     import torch
 
     t = tensor.detach()
@@ -99,13 +120,18 @@ def _pin_tensor(tensor, pool: BufferPool) -> tuple[np.ndarray, bool]:
     if is_bf16:
         t = t.view(torch.int16)
     if t.device.type != "cpu":
-        host = t.to("cpu")  # the device-to-host transfer is the copy
-        array = host.numpy()
-        return (array.view(np.uint16) if is_bf16 else array), is_bf16
-    dtype = np.dtype(np.uint16) if is_bf16 else torch.empty((), dtype=t.dtype).numpy().dtype
-    buf = pool.take(tuple(t.shape), dtype)
-    torch.from_numpy(buf.view(np.int16) if is_bf16 else buf).copy_(t)
-    return buf, is_bf16
+        host = t.to("cpu").numpy()  # the device-to-host transfer
+        return (host.view(np.uint16) if is_bf16 else host), is_bf16
+    if is_bf16:
+        return _TensorRef(t, np.dtype(np.uint16)), True
+    return _TensorRef(t, torch.empty((), dtype=t.dtype).numpy().dtype), False
+
+
+class _TensorRef:
+    """A CPU tensor with the numpy-facing shape/dtype the pool needs."""
+
+    def __init__(self, tensor, dtype: np.dtype) -> None:
+        self.tensor, self.shape, self.dtype = tensor, tuple(tensor.shape), dtype
 
 
 class Snapshotter:
@@ -120,7 +146,7 @@ class Snapshotter:
     """
 
     def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,
-                 policy: str = "coalesce", clock=time.time) -> None:
+                 policy: str = "coalesce", spool_nice: int = 19, clock=time.time) -> None:
         if policy not in ("coalesce", "block"):
             raise DataError(f"policy: expected coalesce or block, got {policy!r}")
         if max_in_flight < 1:
@@ -128,6 +154,7 @@ class Snapshotter:
         self.spool_dir = Path(spool_dir)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
+        self.spool_nice = spool_nice
         state, _ = replay(self.spool_dir / WAL_NAME)
         self.last_gen = max(state.gens, default=-1)
         self.wal = Wal(self.spool_dir / WAL_NAME)
@@ -173,6 +200,10 @@ class Snapshotter:
             raise SnapopsError("Snapshotter is closed")
 
     def _run(self) -> None:
+        try:  # Linux: niceness is per thread; the training threads keep the CPU
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.spool_nice)
+        except (OSError, AttributeError):
+            pass
         while True:
             with self._cond:
                 while not self._pending and not self._closed:

@@ -16,7 +16,7 @@ import numpy as np
 
 from snapops.config.loader import resolve
 from snapops.config.schema import Config
-from snapops.formats.errors import DataError
+from snapops.formats.errors import DataError, FormatError
 from snapops.formats.integrity import ZERO_HASH, merkle_link
 from snapops.formats.keys import keyid, load_hmac_key, load_signing_key
 from snapops.formats.model import Snapshot
@@ -53,6 +53,7 @@ class Written:
     manifest: Manifest
     paths: list[str]           # repo-relative paths to stage (changed, added or removed)
     merkle_this: str
+    dense: list[str]           # rewritten shards where most chunks changed (no git delta)
 
 
 def run_dir(config: Config) -> str:
@@ -76,6 +77,7 @@ def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray
     manifest = Manifest(snap.run, gen_text, ts, snap.build, snap.format)
     folder = repo_root / run_dir(config)
     changed: list[str] = []
+    dense: list[str] = []
     for rel_plain, pieces in shards:
         rel = rel_plain + (".age" if sealing.recipients else "")
         data = shard_arrays(arrays, pieces)
@@ -84,8 +86,10 @@ def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray
         if prior is not None and prior.content == content and (folder / rel).exists():
             manifest.shards.append(prior)
             continue
-        entry = _write_shard(folder / rel, data, gen, ts, config, sealing, prior, content)
+        entry, share = _write_shard(folder / rel, data, gen, ts, config, sealing, prior, content)
         entry.path = rel
+        if share > 0.5:
+            dense.append(f"{run_dir(config)}/{rel}")
         manifest.shards.append(entry)
         changed.extend(f"{run_dir(config)}/{p}" for p in _with_companions(rel))
     for name, parts in splits.items():
@@ -105,26 +109,30 @@ def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray
     changed.append(f"{run_dir(config)}/MANIFEST")
     merkle_this = _append_ledger(repo_root, config, sealing, gen_text, ts, text)
     changed.append(ledger_path(config))
-    return Written(gen, manifest, changed, merkle_this)
+    return Written(gen, manifest, changed, merkle_this, dense)
 
 
 def _write_shard(path: Path, data: dict[str, np.ndarray], gen: int, ts: str, config: Config,
-                 sealing: Sealing, prior: ShardEntry | None, content: str) -> ShardEntry:
+                 sealing: Sealing, prior: ShardEntry | None,
+                 content: str) -> tuple[ShardEntry, float]:
+    """Write one shard; returns its MANIFEST entry and the share of chunks that changed."""
     snap = config.snapshot
     path.parent.mkdir(parents=True, exist_ok=True)
     target = path.with_name(path.name.removesuffix(".age")) if sealing.recipients else path
+    share = 1.0
     if snap.format == "wtxt":
-        digest, merkle = _write_wtxt(target, data, gen, ts, config, sealing, prior)
+        digest, merkle, share = _write_wtxt(target, data, gen, ts, config, sealing, prior)
     else:
         handler(snap.format).save(Snapshot(data), target)
         digest, merkle = _file_sha256(target), "-"
     if sealing.recipients:
         _armor(target, path, sealing.recipients)
-    return ShardEntry(path.name, f"{gen:06d}", digest, merkle, content, tuple(sorted(data)))
+    entry = ShardEntry(path.name, f"{gen:06d}", digest, merkle, content, tuple(sorted(data)))
+    return entry, share
 
 
 def _write_wtxt(target: Path, data, gen: int, ts: str, config: Config, sealing: Sealing,
-                prior: ShardEntry | None) -> tuple[str, str]:
+                prior: ShardEntry | None) -> tuple[str, str, float]:
     """Write a WTXT shard; with ``snapshot.delta`` also ``<shard>delta`` from the old file."""
     snap = config.snapshot
     fresh = target.with_name(f".{target.name}.new")
@@ -135,6 +143,7 @@ def _write_wtxt(target: Path, data, gen: int, ts: str, config: Config, sealing: 
         rows_per_chunk=snap.rows_per_chunk or None, hmac_key=sealing.hmac_key,
         sign_key=sealing.sign_key, map_names=True, streaming=streaming,
         merkle_prev=prior.merkle_this if prior and prior.merkle_this != "-" else None)
+    share = changed_share(target, fresh) if target.exists() else 1.0
     delta = target.with_name(target.name + "delta")
     delta.unlink(missing_ok=True)
     if snap.delta and not sealing.recipients and not streaming and target.exists():
@@ -150,7 +159,21 @@ def _write_wtxt(target: Path, data, gen: int, ts: str, config: Config, sealing: 
         os.replace(fresh_wsum, wsum)
     else:
         wsum.unlink(missing_ok=True)
-    return result.sha256_all, result.merkle_this
+    return result.sha256_all, result.merkle_this, share
+
+
+def changed_share(old: Path, new: Path) -> float:
+    """Share of chunks whose SHA-256 differs (1.0 when the layouts differ)."""
+    from snapops.formats.wtxt._index import open_index
+    from snapops.formats.wtxt.delta import chunk_sha_pairs
+
+    try:
+        pairs = chunk_sha_pairs(open_index(old), open_index(new), old, new)
+    except (DataError, FormatError):
+        return 1.0
+    if not pairs:
+        return 0.0
+    return sum(a != b for a, b in pairs) / len(pairs)
 
 
 def _with_companions(rel: str) -> list[str]:

@@ -29,7 +29,7 @@ from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
 from .serialize import Sealing, ledger_path, run_dir, serialize_generation
 from .spool import Spool, spool_files, spool_name
 from .wal import Wal, WalReader, WalState
-from .worktree import restore_paths
+from .worktree import configure_repo, restore_paths, set_delta_attributes
 
 log = logging.getLogger("snapops.daemon")
 MAX_FAILURES = 20
@@ -47,6 +47,7 @@ class Daemon:
         self.state_dir = resolve(config, config.daemon.state_dir)
         self.repo_dir = resolve(config, config.repo.path)
         self.stop_event = threading.Event()
+        self.signalled = False  # set by the signal handler: no locks in a handler
         self.wake = threading.Event()
         self.state = WalState()
         self.failures: list[dict] = []
@@ -61,6 +62,7 @@ class Daemon:
         from .pushq import PushQueue
 
         self._install_signals()  # first: a SIGTERM during start-up must still stop cleanly
+        _lower_priority(self.config.daemon.nice)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lock = self._lock()
@@ -74,6 +76,7 @@ class Daemon:
         self.pushq = PushQueue(self.repo, self.config.repo.remotes, self.config.push,
                                on_pushed=self._on_pushed, run=self.config.snapshot.run)
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
+        configure_repo(self.repo_dir, self.config.repo.compression)
         observer = self._watch()
         try:
             self._sync_state()
@@ -84,10 +87,9 @@ class Daemon:
             self.pushq.start()
             log.info("daemon started: spool=%s repo=%s remotes=%s", self.spool_dir,
                      self.repo_dir, ",".join(sorted(self.remotes)) or "-")
-            while not self.stop_event.is_set():
+            while not self.stopping():
                 self.step()
-                self.wake.wait(self.config.daemon.poll_interval)
-                self.wake.clear()
+                self._idle(self.config.daemon.poll_interval)
         finally:
             log.info("daemon stopping")
             if observer is not None:
@@ -103,6 +105,17 @@ class Daemon:
     def stop(self) -> None:
         self.stop_event.set()
         self.wake.set()
+
+    def stopping(self) -> bool:
+        return self.signalled or self.stop_event.is_set()
+
+    def _idle(self, seconds: float) -> None:
+        """Wait for a wake-up, in short slices so a signal is noticed within 0.2 s."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping() and time.monotonic() < deadline:
+            if self.wake.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                break
+        self.wake.clear()
 
     def _lock(self) -> int:
         fd = os.open(self.state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -136,8 +149,12 @@ class Daemon:
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        def request_stop(*_):
+            # Event.set() here could deadlock on a lock the interrupted main thread holds.
+            self.signalled = True
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
+            signal.signal(sig, request_stop)
 
     # --- one pass --------------------------------------------------------------------------
     def _sync_state(self) -> None:
@@ -148,7 +165,7 @@ class Daemon:
         self._sync_state()
         if self.clock() >= self.retry_at:
             for gen in self._ready():
-                if self.stop_event.is_set() or not self._advance(gen):
+                if self.stopping() or not self._advance(gen):
                     break
         self._retain()
         self.write_status()
@@ -188,6 +205,7 @@ class Daemon:
             message = (f"snapops: {self.config.snapshot.run} gen {gen} "
                        f"merkle_this={written.merkle_this}")
             commit = self.repo.commit_generation(written.paths, message, tag)
+            set_delta_attributes(self.repo_dir, self.config.repo.delta, written.dense)
         except DataError as exc:
             return self._drop(gen, "unserializable", exc)
         except (OSError, GitError, FormatError) as exc:
@@ -251,6 +269,13 @@ class Daemon:
             atomic_write_bytes(self.state_dir / "status.json", data)
         except OSError as exc:
             log.error("cannot write status: %s", exc)
+
+
+def _lower_priority(nice: int) -> None:
+    """Run (with git children) below the training process so it keeps the CPU."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice > current:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 def status_from(state: WalState, remotes: set[str], **extra) -> dict:

@@ -19,7 +19,16 @@ from snapops.formats.model import Snapshot
 from snapops.formats.report import Report
 
 __version__ = "0.1.0"
-__all__ = ["Snapshot", "Report", "load", "save", "verify", "SnapopsError", "FormatError"]
+__all__ = ["Snapshot", "Snapshotter", "Report", "load", "save", "verify", "SnapopsError",
+           "FormatError"]
+
+
+def __getattr__(name: str):
+    if name == "Snapshotter":  # the training-side client, imported on first use
+        from snapops.daemon.client import Snapshotter
+
+        return Snapshotter
+    raise AttributeError(f"module 'snapops' has no attribute {name!r}")
 
 
 def load(path: str | os.PathLike, **options: Any) -> Snapshot:

@@ -93,6 +93,23 @@ def make_delta(base: str | os.PathLike, target: str | os.PathLike, out: str | os
     return DeltaStats(*stats, os.path.getsize(out), os.path.getsize(target))
 
 
+def chunk_sha_pairs(a: FileIndex, b: FileIndex, a_path, b_path) -> list[tuple[bytes, bytes]]:
+    """(sha in a, sha in b) for every chunk of two files with the same layout."""
+    _check_compatible(a, b)
+    pairs = []
+    with open(a_path, "rb") as af, open(b_path, "rb") as bf:
+        amap, bmap = _map(af), _map(bf)
+        try:
+            by_name = a.by_name()
+            for barr in b.arrays:
+                aarr = by_name[barr.name]
+                for (_, bat, _, _), (_, aat, _, _) in zip(barr.chunks(), aarr.chunks()):
+                    pairs.append((_chunk_sha(amap, aat), _chunk_sha(bmap, bat)))
+        finally:
+            _close(amap), _close(bmap)
+    return pairs
+
+
 def _emit_delta(bidx: FileIndex, tidx: FileIndex, bmap, tmap, sink: BinaryIO):
     lines = tidx.header.signed.split(b"\n")
     sink.write(b"WTXT-DELTA 2 base_sha256_all=%s\n" % bidx.header.root.sha256_all.encode())

@@ -25,6 +25,31 @@ def run_seal(args) -> int:
     return 0
 
 
+def run_pipeline(args) -> int:
+    from snapops.bench.pipeline import render_pipeline, run_pipeline
+
+    result = run_pipeline(args.size, args.steps, args.workdir)
+    print(json.dumps(result, indent=2) if args.json else render_pipeline(result))
+    return 0
+
+
+def run_formats(args) -> int:
+    from snapops.bench.formats import FORMAT_BENCHES, flatten, run_formats
+
+    names = args.format or list(FORMAT_BENCHES)
+    result = run_formats(args.size, names, args.workdir)
+    print(json.dumps(result, indent=2, default=str) if args.json else "\n".join(flatten(result)))
+    return 0
+
+
+def run_review(args) -> int:
+    from snapops.bench.formats import flatten, run_review
+
+    result = run_review(args.size, args.workdir)
+    print(json.dumps(result, indent=2, default=str) if args.json else "\n".join(flatten(result)))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure throughput and memory",
                        description="Benchmarks (numbers for the README, never test assertions).")
@@ -50,4 +75,36 @@ def register(sub) -> None:
                    help="bytes for the armor benchmark (default 256MiB)")
     s.add_argument("--workdir", help="folder for temporary files")
     s.add_argument("--json", action="store_true")
+    pl = add_command(
+        bsub, "pipeline", help="request() cost, WAL latency, loop slowdown, push latency",
+        description="Runs a git daemon on 127.0.0.1 and a snapops daemon, then measures "
+                    "request() against one memcpy of the state, WAL append p99, a numpy training "
+                    "loop's slowdown when snapshotting every 10 steps, request-to-pushed latency "
+                    "and the daemon's peak memory.",
+        example="snapops bench pipeline --size 64MiB", func=run_pipeline)
+    pl.add_argument("--size", type=parse_size, default=parse_size("64MiB"),
+                    help="raw bytes of state (default 64MiB)")
+    pl.add_argument("--steps", type=int, default=60, help="training steps per loop (default 60)")
+    pl.add_argument("--workdir", help="folder for temporary files")
+    pl.add_argument("--json", action="store_true")
+    fm = add_command(
+        bsub, "formats", help="AERO, FOLD, PyCauset and FINF write/open/verify throughput",
+        description="Each binary format's own benchmark on one state: write, open (mmap), "
+                    "read/verify throughput and metadata update time.",
+        example="snapops bench formats --size 1GiB --format aero --format fold", func=run_formats)
+    fm.add_argument("--size", type=parse_size, default=parse_size("1GiB"),
+                    help="raw bytes of state (default 1GiB)")
+    fm.add_argument("--format", action="append", choices=["aero", "fold", "pycauset", "finf"],
+                    help="only these formats (repeatable; default all)")
+    fm.add_argument("--workdir", help="folder for temporary files")
+    fm.add_argument("--json", action="store_true")
+    rv = add_command(
+        bsub, "review", help="pre-commit hook and snapops diff throughput",
+        description="Time `snapops hook pre-commit` on a staged WTXT of --size and `snapops diff` "
+                    "of two states of --size.",
+        example="snapops bench review --size 256MiB", func=run_review)
+    rv.add_argument("--size", type=parse_size, default=parse_size("256MiB"),
+                    help="raw bytes of state (default 256MiB)")
+    rv.add_argument("--workdir", help="folder for temporary files")
+    rv.add_argument("--json", action="store_true")
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])

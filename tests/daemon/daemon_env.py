@@ -62,6 +62,19 @@ timeout = 20.0
                 stdout=log, stderr=log, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
         return self.proc
 
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the running daemon has written its status file (its signal handlers are set)."""
+        import json
+
+        def ready() -> bool:
+            try:
+                return json.loads((self.root / "state" / "status.json").read_text()).get(
+                    "pid") == self.proc.pid
+            except (OSError, ValueError):
+                return False
+
+        self.wait(ready, timeout, what="daemon start-up")
+
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -71,6 +84,7 @@ timeout = 20.0
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
+            self.wait_ready()
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
 
