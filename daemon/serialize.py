@@ -69,7 +69,6 @@ def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray
     """Write generation ``gen`` into the work tree at ``repo_root``; ``previous`` is the last
     committed MANIFEST (from HEAD), which decides reuse and per-path merkle links."""
     snap = config.snapshot
-    ext = EXTENSIONS[snap.format] + (".age" if sealing.recipients else "")
     base = parse_manifest(previous) if previous else None
     old = base.by_path() if base else {}
     gen_text = f"{gen:06d}"

@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 from snapops.config.loader import resolve
 from snapops.config.schema import Config

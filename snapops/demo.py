@@ -3,7 +3,6 @@ snapshots to a local bare Git remote, then verifying the remote's whole history.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

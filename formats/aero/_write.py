@@ -8,7 +8,6 @@ written last, when every digest is known; the file only appears under its name o
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -21,7 +20,7 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, writeback_starter
 from ..errors import DataError, LimitError
 from ..model import Snapshot, raw_bytes
 from . import _hash
@@ -168,7 +167,7 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
     chunks = _chunk_list(shards, options)
     early = plan_file(chunks)                   # weights offsets are final already
     mjsn = _meta_json(meta, options)
-    writeback = _default_writeback() if writeback is None else writeback
+    writeback = writeback_starter() if writeback is None else writeback
     jobs = _hash_jobs(slots, shards, buffers, options)
     workers = _hash.default_workers() if options.workers is None else options.workers
     with atomic_write(path) as f, _pool(workers) as pool:
@@ -244,21 +243,6 @@ def _maybe_writeback(f, writeback: Callable | None, synced: int) -> int:
     f.flush()
     writeback(f.fileno(), synced, pos - synced)
     return pos
-
-
-def _default_writeback() -> Callable | None:
-    """``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on Linux (asynchronous); None elsewhere."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-
-    def start(fd: int, offset: int, length: int) -> None:
-        fn(fd, offset, length, 2)       # advisory: a failure only means less overlap
-
-    return start
 
 
 def _meta_json(meta: dict, options: Options) -> bytes:

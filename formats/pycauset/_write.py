@@ -9,11 +9,10 @@ block, as the peer writes a fresh file. The file appears under its name only whe
 
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Any, Callable
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, writeback_starter
 from ..errors import DataError
 from ..integrity import crc32c
 from ..model import Snapshot
@@ -32,7 +31,7 @@ def save(snapshot: Snapshot, path: str | os.PathLike, *, layout: str = "auto",
     """Write ``snapshot`` as a PyCauset v1 container; returns a short summary."""
     plan = plan_layout(snapshot, layout)
     encode_metadata(plan.metadata(None, "0" * 32))     # refuse bad meta before any I/O
-    writeback = writeback if writeback is not None else _default_writeback()
+    writeback = writeback if writeback is not None else writeback_starter()
     payload_offset = S.HEADER_BYTES
     with atomic_write(path) as f:
         f.write(bytes(S.HEADER_BYTES))
@@ -76,19 +75,3 @@ def _pad_to(f, offset: int) -> None:
         raise AssertionError(f"layout overrun: at {f.tell()}, next extent at {offset}")
     if gap:
         f.write(bytes(gap))
-
-
-def _default_writeback() -> Callable[[int, int, int], None] | None:
-    """``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on Linux: start writing what is written, so
-    the final fsync has little left to wait for; None elsewhere."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-
-    def start(fd: int, offset: int, length: int) -> None:
-        fn(fd, offset, length, 2)       # advisory: a failure only means less overlap
-
-    return start

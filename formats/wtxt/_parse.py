@@ -12,15 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
-import numpy as np
 import pybase64
 
-from ..errors import ChecksumError, FormatError, SignatureError, TruncatedError, UnsupportedVersionError
+from ..errors import ChecksumError, FormatError, SignatureError, UnsupportedVersionError
 from .._alloc import tune_allocator
 from ..integrity import FastXor, merkle_link
 from ._chunks import ChunkReader
 from ._grammar import (
-    MAGIC, MAX_LINE, ROOT_PENDING, SIGN_RE, ZERO16, ZERO64, ArrLine, Meta, Root, AUDIT_RE,
+    MAGIC, MAX_LINE, ROOT_PENDING, SIGN_RE, ZERO16, ArrLine, Meta, Root, AUDIT_RE,
     grammar_error, parse_arr, parse_cap, parse_idx, parse_meta, parse_root, row_size, check_caps,
 )
 from ._plan import ChunkPlan, plan_for

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import FormatError, LimitError, TruncatedError
+from ..errors import FormatError, TruncatedError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..model import Snapshot
 from ._chunks import ChunkReader
 from ._index import index_file
-from ._grammar import MAX_LINE, Meta, Root
+from ._grammar import MAX_LINE
 from ._parse import (
-    ArrayInfo, Checks, Header, parse_stream, read_array_head, read_header as _read_header,
+    ArrayInfo, Checks, Header, parse_stream, read_header as _read_header,
     read_sign, verify_array_mac,
 )
-from ._plan import body_len, chunk_text_len
+from ._plan import body_len
 from ._prepare import unmap_name
 from ._reader import LineReader, MappedLineReader
 

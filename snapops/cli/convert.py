@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from snapops.formats.errors import FormatError
 from snapops.formats.registry import detect, handler, handler_for_suffix

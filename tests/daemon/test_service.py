@@ -16,7 +16,6 @@ from snapops.cli import main
 from snapops.daemon.checkout import load_generation, verify_generation
 from snapops.daemon.lifecycle import DROPPED, PUSHED
 from snapops.daemon.ledger import Ledger
-from snapops.daemon.wal import replay
 
 from .daemon_env import DaemonEnv, state_for
 from .gitserve import GitDaemon, git, init_bare
