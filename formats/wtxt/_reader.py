@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import stat
 from typing import BinaryIO
@@ -126,8 +127,6 @@ class MappedLineReader:
     are written atomically and never truncated in place.)"""
 
     def __init__(self, stream: BinaryIO, *, max_line: int, line_no: int = 1, offset: int = 0):
-        import mmap
-
         self.max_line = max_line
         self.line_no = line_no
         self.offset = offset
@@ -135,6 +134,7 @@ class MappedLineReader:
         self._map = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         self._view = memoryview(self._map)
         self.size = size
+        self._released = 0
 
     def close(self) -> None:
         self._view.release()
@@ -164,9 +164,19 @@ class MappedLineReader:
     def read_exact(self, size: int, lines: int | None = None) -> memoryview:
         block = self._view[self.offset:self.offset + size]
         self.offset += len(block)
+        self._release_behind()
         self.line_no += lines if lines is not None and len(block) == size else \
             _count_lf(block)
         return block
+
+    def _release_behind(self, lag: int = 16 << 20) -> None:
+        """Drop mapped pages well behind the cursor from this process (they stay in the page
+        cache), so resident memory stays bounded whatever the file size. Pages still in use by
+        a decoder simply fault back in."""
+        end = (self.offset - lag) & ~(mmap.PAGESIZE - 1)
+        if end - self._released >= lag and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            self._released = end
 
     def pushback(self, blocks: list, lines: int | None = None) -> None:
         for block in blocks:
