@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,7 +113,8 @@ def test_remote_down_queue_grows_then_drains_in_order(tmp_path):
 
 @pytest.mark.parametrize("block", range(4))
 def test_sigkill_at_random_points_recovers_exactly(tmp_path, block):
-    """5 kill/restart cycles per case (20 in the suite; scripts/soak.py runs more)."""
+    """5 kill/restart cycles per case (20 in the suite; ``python -m tests.daemon.soak`` runs
+    as many as you like)."""
     rng = random.Random(1000 + block)
     bare = init_bare(tmp_path / "remote.git")
     env = DaemonEnv(tmp_path, {"origin": str(bare)})
@@ -242,3 +244,100 @@ def test_request_cli_status_and_second_daemon_refused(tmp_path, capsys):
     finally:
         env.terminate()
         env.kill()
+
+
+@pytest.mark.parametrize("fmt", ["aero", "fold"])
+def test_binary_formats_are_committed_and_verified(tmp_path, fmt):
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)}, fmt=fmt)
+    expected = {1: state_for(1), 2: state_for(2)}
+    try:
+        env.start()
+        with env.client(policy="block") as client:
+            for gen, state in expected.items():
+                client.request(state, gen)
+        env.wait(env.all_pushed, what=f"{fmt} generations pushed")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    assert verify_remote(env, str(bare), tmp_path, expected) == ["t/gen-000001", "t/gen-000002"]
+    files = git("ls-tree", "-r", "--name-only", "main", cwd=bare).split()
+    assert any(f.endswith(f".{fmt}") for f in files)
+
+
+def test_sealing_options_delta_wsum_age_retention_json_logs(tmp_path):
+    """age-armored shards, DELTA v2 files, WSUM streaming shards, a retention ring of 1 and
+    JSON logs, all from the config file."""
+    bare = init_bare(tmp_path / "remote.git")
+    from snapops.formats.keys import generate_keys
+
+    generate_keys(tmp_path / "keys")
+    recipient = (tmp_path / "keys" / "age.pub").read_text().strip()
+    extra = (f'[client]\nmax_in_flight = 1\n')
+    env = DaemonEnv(tmp_path, {"origin": str(bare)}, extra=extra)
+    text = env.config.read_text()
+    text = text.replace('build = "test"\n', 'build = "test"\nstreaming_threshold = "16KiB"\n'
+                        'delta = true\n')
+    text = text.replace('sign_key = "keys/signing.key"\n',
+                        f'sign_key = "keys/signing.key"\nage_recipients = ["{recipient}"]\n')
+    text = text.replace("poll_interval = 0.2\n", "poll_interval = 0.2\nlog_format = \"json\"\n")
+    text = text.replace('path = "', 'retention = 1\npath = "', 1)
+    env.config.write_text(text)
+    expected = {g: state_for(g) for g in (1, 2, 3)}
+    try:
+        env.start()
+        with env.client(policy="block") as client:
+            for gen, state in expected.items():
+                client.request(state, gen)
+        env.wait(env.all_pushed, what="sealed generations pushed")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    files = git("ls-tree", "-r", "--name-only", "main", cwd=bare).split()
+    assert all(f.endswith((".wtxt.age", ".wtxt.age.wsum")) for f in files
+               if "/shards/" in f), files
+    assert any(f.endswith(".wsum") for f in files)
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(bare), str(clone))
+    report = verify_generation(clone, "t", hmac_key=env.keys / "hmac.key",
+                               trusted_keys=[env.keys / "signing.pub"],
+                               identity=env.keys / "age.key")
+    assert report.ok, report.failure
+    loaded = load_generation(clone, "t", identity=env.keys / "age.key")
+    assert np.array_equal(loaded["emb.weight"], expected[3]["emb.weight"])
+    assert len(list(env.spool.glob("gen-*.spool"))) == 1  # the retention ring
+    import json
+
+    lines = [json.loads(line) for line in env.log.read_text().splitlines() if line.startswith("{")]
+    assert any(entry["msg"].startswith("gen 3 committed") for entry in lines)
+    assert all({"ts", "level", "logger", "msg"} <= set(entry) for entry in lines)
+
+
+def test_delta_files_for_plain_wtxt_shards(tmp_path):
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    env.config.write_text(env.config.read_text().replace('build = "test"\n',
+                                                         'build = "test"\ndelta = true\n'))
+    try:
+        env.start()
+        with env.client(policy="block") as client:
+            client.request(state_for(1), 1)
+            client.request(state_for(2), 2)
+        env.wait(env.all_pushed, what="generations pushed")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(bare), str(clone))
+    deltas = sorted(clone.glob("snapshots/t/shards/*.wtxtdelta"))
+    assert deltas, "gen 2 changed a shard: its delta from gen 1 is committed beside it"
+    from snapops.formats.wtxt.delta import apply_delta
+
+    shard = Path(str(deltas[0]).removesuffix("delta"))
+    git("show", f"t/gen-000001:snapshots/t/shards/{shard.name}", cwd=clone)
+    base = tmp_path / "base.wtxt"
+    base.write_bytes(subprocess.run(["git", "-C", str(clone), "show",
+                                     f"t/gen-000001:snapshots/t/shards/{shard.name}"],
+                                    capture_output=True, check=True).stdout)
+    apply_delta(base, deltas[0], tmp_path / "rebuilt.wtxt")
+    assert (tmp_path / "rebuilt.wtxt").read_bytes() == shard.read_bytes()

@@ -42,12 +42,23 @@ def fails(data: bytes, tmp_path) -> FormatError:
     return err.value
 
 
-def test_truncation_at_every_line(good, tmp_path):
-    cuts = [i + 1 for i, c in enumerate(good) if c == 0x0A][:-1]
-    cuts = cuts[::max(1, len(cuts) // 150)] + [0, 3, len(good) - 1]
+def test_truncation_at_every_line(tmp_path):
+    """Every line boundary (and inside the last line) of a sealed file with every line kind."""
+    state = {"a": np.arange(70, dtype=np.float32).reshape(10, 7), "s": np.array(3, np.int64),
+             "e": np.zeros((0, 2), np.uint8)}
+    from snapops.formats.keys import generate_keys
+
+    generate_keys(tmp_path / "k")
+    path = tmp_path / "small.wtxt"
+    wtxt.save(state, path, gen=3, ts=TS, rows_per_chunk=3, audit="n=1",
+              hmac_key=tmp_path / "k" / "hmac.key", sign_key=tmp_path / "k" / "signing.key")
+    data = path.read_bytes()
+    cuts = [i + 1 for i, c in enumerate(data) if c == 0x0A][:-1] + [0, 3, len(data) - 1]
+    assert len(cuts) > 25
     for cut in cuts:
-        error = fails(good[:cut], tmp_path)
+        error = fails(data[:cut], tmp_path)
         assert error.check in {"truncated", "grammar"}, (cut, str(error))
+        assert error.line is not None
 
 
 def test_truncation_inside_a_line_names_the_line(good, tmp_path):
