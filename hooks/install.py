@@ -27,6 +27,7 @@ from snapops.formats.errors import ConfigError
 from .gitio import Git
 
 MARKER = "# snapops-hook v1"
+MKTEMP_TEMPLATE = "X" * 6  # mktemp wants at least six trailing Xs
 CHAINED_SUFFIX = ".snapops-chained"
 CLIENT_HOOKS = ("pre-commit", "pre-push")
 SERVER_HOOKS = ("pre-receive",)
@@ -67,7 +68,7 @@ def hook_script(name: str, command: list[str]) -> str:
     ]
     if name in STDIN_HOOKS:  # both the chained hook and snapops read the ref lines
         lines += [
-            'input="$(mktemp "${TMPDIR:-/tmp}/snapops-hook.XXXXXX")" || exit 1',
+            f'input="$(mktemp "${{TMPDIR:-/tmp}}/snapops-hook.{MKTEMP_TEMPLATE}")" || exit 1',
             "trap 'rm -f \"$input\"' EXIT",
             'cat > "$input" || exit 1',
             'if [ -x "$chained" ]; then "$chained" "$@" < "$input" || exit $?; fi',

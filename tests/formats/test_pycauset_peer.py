@@ -18,7 +18,7 @@ from snapops.formats.errors import UnsupportedVersionError
 from snapops.formats.model import Snapshot
 from snapops.formats.pycauset import _codec
 
-peer = pytest.importorskip("pycauset")
+import pycauset as peer  # noqa: E402  (pycauset==0.6.1, a test extra)
 from pycauset._internal import persistence, storage_debug  # noqa: E402
 
 RNG = np.random.default_rng(7)
