@@ -47,8 +47,9 @@ def save(snapshot: Snapshot, path: str | os.PathLike, **opts: Any) -> dict:
     """Write ``snapshot`` to ``path`` atomically as FINF 0.1.0; returns a short summary.
 
     Options (keywords): ``compression`` (None or ``"zstd"``; a block stays raw when zstd
-    does not make it smaller), ``zstd_level`` (3), ``checksum`` (True: MD5 in every block
-    header; False writes 0, "unchecked", and is ~3x faster on large states), ``align``
+    does not make it smaller), ``zstd_level`` (3), ``checksum`` (False, the default,
+    writes 0 = "unchecked" as the spec allows; True: MD5 of every block in its header, which
+    ``verify`` then checks — about 2.5x slower to write here: MD5 runs at ~0.32 GB/s per core), ``align``
     (block data alignment, 64), ``reserve`` (unused bytes after the tree, 4096),
     ``workers`` (checksum/compression threads). Equal input gives equal bytes.
 

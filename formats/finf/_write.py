@@ -73,7 +73,7 @@ def finf_chunks(plan: Plan, tree: bytes, payloads: list[Payload],
 
 
 def write_file(path: str | os.PathLike, root: Root | None, payloads: list[Payload], *,
-               checksum: bool = True, align: int = S.DEFAULT_ALIGN,
+               checksum: bool = False, align: int = S.DEFAULT_ALIGN,
                reserve: int = S.DEFAULT_RESERVE, workers: int | None = None) -> Plan:
     """Write header, tree (None: no tree) and blocks to ``path`` atomically; returns the plan."""
     tree = encode_tree(root) if root is not None else b""
@@ -135,7 +135,7 @@ def build(snapshot: Snapshot, *, compression: str | None, zstd_level: int,
 
 
 def save(snapshot: Snapshot, path: str | os.PathLike, *, compression: str | None = None,
-         zstd_level: int = 3, checksum: bool = True, align: int = S.DEFAULT_ALIGN,
+         zstd_level: int = 3, checksum: bool = False, align: int = S.DEFAULT_ALIGN,
          reserve: int = S.DEFAULT_RESERVE, workers: int | None = None) -> dict:
     snap = Snapshot.coerce(snapshot)
     root, payloads = build(snap, compression=compression, zstd_level=zstd_level,

@@ -41,6 +41,32 @@ def wtxt_options(args) -> dict:
     }
 
 
+def parse_options(items: list[str]) -> dict:
+    """``KEY=VALUE`` pairs for the target format's writer (true/false/none/ints/floats parsed)."""
+    from snapops.formats.errors import DataError
+
+    options = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise DataError(f"--option {item!r}: expected KEY=VALUE, e.g. checksum=true")
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            options[key] = lowered == "true"
+        elif lowered == "none":
+            options[key] = None
+        else:
+            for cast in (int, float):
+                try:
+                    options[key] = cast(value)
+                    break
+                except ValueError:
+                    continue
+            else:
+                options[key] = value
+    return options
+
+
 def run(args) -> int:
     source = detect(args.src)
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
@@ -49,7 +75,13 @@ def run(args) -> int:
     load_opts = {"unmap_names": True} if source.name == "wtxt" and args.map_names else {}
     snapshot = source.load(args.src, **load_opts)
     options = wtxt_options(args) if target.name == "wtxt" else {}
-    result = target.save(snapshot, args.dst, **options)
+    options.update(parse_options(args.option))
+    try:
+        result = target.save(snapshot, args.dst, **options)
+    except TypeError as exc:  # an option this format's writer does not take
+        from snapops.formats.errors import DataError
+
+        raise DataError(f"{target.name} writer: {exc}".replace("save() ", "")) from None
     root = getattr(result, "merkle_this", None)
     extra = f" merkle_this={root}" if root else ""
     print(f"wrote {args.dst} ({target.name}, {len(snapshot)} arrays, "
@@ -69,4 +101,7 @@ def register(sub) -> None:
     p.add_argument("src", help="input file")
     p.add_argument("dst", help="output file (format from its suffix unless --to)")
     p.add_argument("--to", help="output format name (wtxt, npz, safetensors, ...)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="writer option of the target format, e.g. checksum=true (FINF), "
+                        "compression=zstd, ecc=rs(32) (FOLD), shard_max=1073741824 (AERO)")
     add_wtxt_options(p)

@@ -124,3 +124,19 @@ def test_console_script_installed():
                             env=dict(os.environ, PATH=os.path.dirname(sys.executable) + ":"
                                      + os.environ["PATH"]))
     assert result.returncode == 0 and result.stdout.startswith("snapops ")
+
+
+def test_convert_passes_format_options(tmp_path, capsys):
+    np.savez(tmp_path / "s.npz", a=np.arange(12.0).reshape(3, 4))
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.finf"),
+                 "--option", "checksum=true"]) == 0
+    data = (tmp_path / "s.finf").read_bytes()
+    import hashlib
+
+    raw = np.arange(12.0).reshape(3, 4).astype("<f8").tobytes()
+    assert hashlib.md5(raw).digest()[:8] in data  # the block header carries the MD5
+    assert main(["verify", str(tmp_path / "s.finf")]) == 0
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "t.finf"),
+                 "--option", "bogus=1"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert not (tmp_path / "t.finf").exists()

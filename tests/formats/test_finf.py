@@ -126,7 +126,7 @@ def test_round_trip_every_dtype_zero_copy(tmp_path):
         assert np.array_equal(f["i32"], state["i32"])
 
 
-@pytest.mark.parametrize("opts", [{}, {"compression": "zstd"}, {"checksum": False},
+@pytest.mark.parametrize("opts", [{}, {"compression": "zstd"}, {"checksum": True},
                                   {"align": 4096, "reserve": 0}, {"align": 1, "reserve": 10}])
 def test_round_trip_options_and_determinism(tmp_path, opts):
     state = every_dtype_state(1)
@@ -141,7 +141,7 @@ def test_round_trip_options_and_determinism(tmp_path, opts):
 
 def test_layout_matches_binary_canonical(tmp_path):
     state = every_dtype_state()
-    path = write(tmp_path, state, compression="zstd")
+    path = write(tmp_path, state, compression="zstd", checksum=True)
     data = path.read_bytes()
     assert data.startswith(b"%FINF 0.1.0\n" + TAGS.encode() + b"--- !finf\n")
     end = data.index(b"\n...\n") + 5
@@ -411,8 +411,15 @@ def test_registry_detects_finf(tmp_path):
 
 # ---- verification ------------------------------------------------------------------------------
 
-def test_verify_finds_a_flipped_payload_byte(tmp_path):
+def test_default_blocks_are_unchecked_and_verify_says_so(tmp_path):
     path = write(tmp_path)
+    assert all(b["checksum"] == 0 for b in blocks_of(path.read_bytes()))
+    report = finf.verify(path)
+    assert report.ok and any("no checksum" in note for note in report.notes)
+
+
+def test_verify_finds_a_flipped_payload_byte(tmp_path):
+    path = write(tmp_path, checksum=True)
     data = bytearray(path.read_bytes())
     block = blocks_of(bytes(data))[2]
     data[block["data_offset"]] ^= 0x01
