@@ -246,7 +246,7 @@ def test_request_cli_status_and_second_daemon_refused(tmp_path, capsys):
         env.kill()
 
 
-@pytest.mark.parametrize("fmt", ["aero", "fold"])
+@pytest.mark.parametrize("fmt", ["aero", "fold", "pycauset", "finf"])
 def test_binary_formats_are_committed_and_verified(tmp_path, fmt):
     bare = init_bare(tmp_path / "remote.git")
     env = DaemonEnv(tmp_path, {"origin": str(bare)}, fmt=fmt)
