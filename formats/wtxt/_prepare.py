@@ -12,11 +12,10 @@ import numpy as np
 from ..errors import DataError
 from ..model import Snapshot, le_contiguous
 from ._grammar import (
-    AUDIT_RE, MAX_ARRAY_BYTES, MAX_NAME, NAME, TOKEN, ZERO64, check_ts, default_rows_per_chunk,
-    format_gen, wtxt_dtype,
+    AUDIT_RE, ArrLine, MAX_ARRAY_BYTES, MAX_NAME, NAME, TOKEN, ZERO64, check_ts, default_rows_per_chunk,
+    wtxt_dtype,
 )
 from ._plan import ChunkPlan, plan_for
-from ._grammar import ArrLine
 
 _TOKEN = re.compile(TOKEN)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -131,7 +130,3 @@ def prepare_arrays(snapshot: Snapshot, opts: WriteOptions) -> list[PreparedArray
 
 def line_row_size(array: np.ndarray) -> int:
     return int(array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)))
-
-
-def gen_text(opts: WriteOptions) -> str:
-    return format_gen(opts.gen)

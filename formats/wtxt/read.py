@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac as _hmac
 import mmap
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import FormatError, TruncatedError
+from ..errors import ChecksumError, FormatError, TruncatedError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..model import Snapshot
 from ._chunks import ChunkReader
@@ -160,9 +162,6 @@ class LazyWtxt:
         info = self.infos[name]
         reader = MappedLineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
                                   offset=info.body_offset)
-        import hashlib
-        import hmac as _hmac
-
         arr = info.line
         sha = hashlib.sha256()
         mac = (_hmac.new(self.hmac_key, bytes.fromhex(arr.salt), "sha256")
@@ -174,8 +173,6 @@ class LazyWtxt:
                 if mac:
                     mac.update(raw)
             if sha.hexdigest() != arr.sha256:
-                from ..errors import ChecksumError
-
                 raise ChecksumError(line=info.line_no, array=name, check="array_sha256",
                                     expected=f"sha256={arr.sha256}", got=sha.hexdigest())
             verify_array_mac(info, Checks(self.hmac_key), self.header.meta.gen,
