@@ -361,12 +361,19 @@ def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
         values = snapshot_values(target)
     except FormatError as exc:
         return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
+    return compare_entry(rec, values, "in the file")
+
+
+def compare_entry(rec: LedgerLine, values: dict, where: str) -> LedgerError | None:
+    """The first sealing value (gen, ts, build, sha256_all, merkle_*, keyid) in which a
+    snapshot header (``values``) differs from its ledger entry, as a LedgerError."""
+    e = rec.entry
     ours = e.to_dict() | {"gen": e.gen_text}
     for key in _COMPARED:
         if values[key] != ours[key]:
-            return LedgerError(f"snapshot {e.path} does not match its entry", line=n,
+            return LedgerError(f"snapshot {e.path} does not match its entry", line=rec.line_no,
                                check="file", expected=f"{key}={ours[key] or '-'}",
-                               got=f"{key}={values[key] or '-'} in the file")
+                               got=f"{key}={values[key] or '-'} {where}")
     return None
 
 

@@ -93,3 +93,25 @@ def raw_bytes(array: np.ndarray) -> memoryview:
     """The raw little-endian C-order bytes of ``array`` as a flat memoryview (no copy if possible)."""
     flat = le_contiguous(array).reshape(-1)
     return memoryview(flat.view(np.uint8)) if flat.size else memoryview(b"")
+
+
+class ArrayMapping:
+    """Mapping-style access for the lazy readers of every format: a subclass provides ``names``
+    (in file order) and ``array(name)``; ``len``, iteration, ``in`` and ``[name]`` follow."""
+
+    names: list[str]
+
+    def array(self, name: str) -> np.ndarray:  # pragma: no cover - abstract
+        raise TypeError(f"{type(self).__name__} must define array()")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.array(name)

@@ -22,14 +22,15 @@ from __future__ import annotations
 import contextlib
 from typing import BinaryIO, Iterator
 
-from snapops.daemon.ledger import MAX_LINE, LedgerLine, LedgerReport, check_link, iter_lines
+from snapops.daemon.ledger import (
+    MAX_LINE, LedgerLine, LedgerReport, check_link, compare_entry, iter_lines,
+)
 from snapops.formats.errors import FormatError, LedgerError
 
 from .gitio import Tree
 from .snapshot_check import Context, header_values
 
 LEDGER_SUFFIX = ".ledger"
-COMPARED = ("gen", "ts", "build", "sha256_all", "merkle_prev", "merkle_this", "keyid")
 
 
 def is_ledger(path: str) -> bool:
@@ -135,10 +136,4 @@ def check_entry(ctx: Context, tree: Tree, rec: LedgerLine) -> LedgerError | None
         values = header_values(ctx, tree, e.path, oid)
     except FormatError as exc:
         return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
-    ours = e.to_dict() | {"gen": e.gen_text}
-    for key in COMPARED:
-        if values[key] != ours[key]:
-            return LedgerError(f"snapshot {e.path} does not match its entry", line=n,
-                               check="file", expected=f"{key}={ours[key] or '-'}",
-                               got=f"{key}={values[key] or '-'} in {tree.label}")
-    return None
+    return compare_entry(rec, values, f"in {tree.label}")

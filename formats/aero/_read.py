@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model import ArrayMapping
 from ..errors import (ChecksumError, FormatError, LimitError, TruncatedError,
                       UnsupportedVersionError)
 from . import _decode, _hash
@@ -357,7 +358,7 @@ def check_tensor_extents(tensors: list[Tensor], shard_sizes: dict[int, int]) -> 
 
 # ---- the file ----------------------------------------------------------------------------------
 
-class AeroFile:
+class AeroFile(ArrayMapping):
     """An open AERO file: control region parsed, TIDX decoded and checked, weights mapped.
 
     >>> with AeroFile("model.aero") as f:
@@ -462,18 +463,6 @@ class AeroFile:
     def names(self) -> list[str]:
         """Tensor names in TIDX order."""
         return [t.name for t in self.tensors]
-
-    def __len__(self) -> int:
-        return len(self.tensors)
-
-    def __iter__(self):
-        return iter(self.names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.by_name
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.array(name)
 
     def array(self, name: str) -> np.ndarray:
         """A read-only view of tensor ``name`` on the mmap (no copy, no other tensor touched)."""

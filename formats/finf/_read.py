@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..model import ArrayMapping
 from ..errors import FormatError, TruncatedError
 from . import _spec as S
 from ._blocks import Block, decode, iter_blocks, zstd_bound
@@ -86,7 +87,7 @@ def tree_meta(root: Root) -> dict:
     return plain_value(meta)
 
 
-class FinfFile:
+class FinfFile(ArrayMapping):
     """An open FINF file: ``names``, ``f[name]`` (a read-only view), ``meta()``, ``blocks``.
 
     >>> with FinfFile("model.finf") as f:
@@ -184,18 +185,6 @@ class FinfFile:
     @property
     def names(self) -> list[str]:
         return list(self.refs)
-
-    def __len__(self) -> int:
-        return len(self.refs)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.refs)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.refs
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.array(name)
 
     def array(self, name: str) -> np.ndarray:
         """Array ``name``: a read-only view on the map for raw little-endian blocks."""

@@ -14,14 +14,13 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 import zstandard
 
 from ..errors import ChecksumError, FormatError
 from ..integrity import crc32c
-from ..model import Snapshot
+from ..model import ArrayMapping, Snapshot
 from . import _arrays as A
 from . import _ecc
 from ._layout import (
@@ -75,7 +74,7 @@ class Events:
             self.results.append(result)
 
 
-class FoldFile:
+class FoldFile(ArrayMapping):
     """A FOLD file opened over a source (bytes, mmap or positional reads).
 
     ``FoldFile.open(path, use_mmap=...)`` opens a file; ``FoldFile(data)`` parses bytes.
@@ -256,18 +255,6 @@ class FoldFile:
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.specs] + list(self._peer_arrays())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.array(name)
 
     def meta(self) -> dict:
         self._peer_arrays()

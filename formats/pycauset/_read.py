@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import ArrayMapping
 from ..errors import FormatError, TruncatedError
 from . import _spec as S
 from ._block import block_payload
@@ -66,7 +67,7 @@ def parse_container(buf) -> Container:
     return Container(size, slots, active, meta, entries)
 
 
-class PycausetFile:
+class PycausetFile(ArrayMapping):
     """An open container: header and metadata parsed, payload mapped but not read.
 
     >>> with PycausetFile("m.pycauset") as f:
@@ -106,18 +107,6 @@ class PycausetFile:
     @property
     def names(self) -> list[str]:
         return [e.name for e in self.container.entries]
-
-    def __len__(self) -> int:
-        return len(self.container.entries)
-
-    def __iter__(self):
-        return iter(self.names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.by_name
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.array(name)
 
     def array(self, name: str) -> np.ndarray:
         """Array ``name`` as a read-only view on the mmap (BIT data and conjugation copy)."""

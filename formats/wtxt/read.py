@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..keys import coerce_hmac_key, coerce_trusted
-from ..model import Snapshot
+from ..model import ArrayMapping, Snapshot
 from ._chunks import ChunkReader
 from ._index import index_file
 from ._grammar import MAX_LINE
@@ -128,7 +128,7 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
     return Snapshot(out, meta)
 
 
-class LazyWtxt:
+class LazyWtxt(ArrayMapping):
     """Index of a WTXT file; ``lazy[name]`` decodes one array (chunk and array hashes checked,
     HMAC too with a key). The root hash needs every array: use ``verify`` for that.
 
@@ -158,7 +158,7 @@ class LazyWtxt:
     def names(self) -> list[str]:
         return list(self.infos)
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def array(self, name: str) -> np.ndarray:
         info = self.infos[name]
         reader = MappedLineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
                                   offset=info.body_offset)
