@@ -354,14 +354,33 @@ def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
     except ValueError:
         return LedgerError(f"{e.path} resolves outside the root", line=n, check="path",
                            expected=f"a file under {root}", got=str(target.resolve()))
-    if e.format != "wtxt":
+    if e.format not in ("wtxt", "manifest"):
         notes.append(f"line {n}: {e.format} files are only checked for existence")
         return None
     try:
-        values = snapshot_values(target)
+        if e.format == "manifest":
+            with open(target, "rb") as f:
+                values = manifest_values(f.read(MAX_MANIFEST + 1), rec, str(target))
+        else:
+            values = snapshot_values(target)
     except FormatError as exc:
         return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
     return compare_entry(rec, values, "in the file")
+
+
+MAX_MANIFEST = 64 << 20
+
+
+def manifest_values(data: bytes, rec: LedgerLine, path: str) -> dict[str, str | None]:
+    """Sealing values of a daemon MANIFEST (``format=manifest``): its gen, ts and build, and
+    SHA-256 of its bytes as sha256_all; the merkle values live only in the ledger line."""
+    from .generation import manifest_digest, parse_manifest
+
+    manifest = parse_manifest(data, path)
+    e = rec.entry
+    return {"gen": manifest.gen, "ts": manifest.ts, "build": manifest.build,
+            "sha256_all": manifest_digest(data), "merkle_prev": e.merkle_prev,
+            "merkle_this": e.merkle_this, "keyid": e.keyid}
 
 
 def compare_entry(rec: LedgerLine, values: dict, where: str) -> LedgerError | None:
@@ -521,17 +540,26 @@ class Ledger:
         report.checks = ["grammar", "order", "chain", "merkle"] + (["file"] if check_files else [])
         base = self.root if root is None else Path(root)
         prev = None
+        latest: dict[str, LedgerLine] = {}   # a stable path holds only its newest snapshot
         try:
             for rec in self.lines():
                 report.entries += 1
-                for problem in (check_link(rec, prev, contiguous),
-                                check_file(rec, base, allow_missing, report.notes)
-                                if check_files else None):
-                    if problem is not None:
-                        report.problem(problem)
+                problem = check_link(rec, prev, contiguous)
+                if problem is not None:
+                    report.problem(problem)
+                latest[rec.entry.path] = rec
                 prev = rec
         except FormatError as exc:  # unparsable: the lines after it cannot be placed
             report.problem(exc)
+        if check_files:
+            superseded = report.entries - len(latest)
+            if superseded:
+                report.notes.append(f"{superseded} line(s) name a path a later line names "
+                                    "again; their files are in history, not in this tree")
+            for rec in sorted(latest.values(), key=lambda r: r.line_no):
+                problem = check_file(rec, base, allow_missing, report.notes)
+                if problem is not None:
+                    report.problem(problem)
         report.head = prev.chain if prev else ZERO_HASH
         report.last_gen = prev.entry.gen if prev else None
         if head is not None and head != report.head:

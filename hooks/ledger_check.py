@@ -23,7 +23,8 @@ import contextlib
 from typing import BinaryIO, Iterator
 
 from snapops.daemon.ledger import (
-    MAX_LINE, LedgerLine, LedgerReport, check_link, compare_entry, iter_lines,
+    MAX_LINE, MAX_MANIFEST, LedgerLine, LedgerReport, check_link, compare_entry, iter_lines,
+    manifest_values,
 )
 from snapops.formats.errors import FormatError, LedgerError
 
@@ -130,10 +131,13 @@ def check_entry(ctx: Context, tree: Tree, rec: LedgerLine) -> LedgerError | None
         return LedgerError(f"snapshot {e.path} named by this new entry is not in {tree.label}",
                            line=n, check="missing", expected=f"{e.path} committed with its "
                            "entry", got="no such file")
-    if e.format != "wtxt":
-        return None  # only WTXT headers carry the sealing values; existence is what we check
+    if e.format not in ("wtxt", "manifest"):
+        return None  # other formats carry no sealing values; existence is what we check
     try:
-        values = header_values(ctx, tree, e.path, oid)
+        if e.format == "manifest":
+            values = manifest_values(ctx.git.read_blob(oid, MAX_MANIFEST + 1), rec, e.path)
+        else:
+            values = header_values(ctx, tree, e.path, oid)
     except FormatError as exc:
         return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
     return compare_entry(rec, values, f"in {tree.label}")

@@ -341,3 +341,31 @@ def test_delta_files_for_plain_wtxt_shards(tmp_path):
                                     capture_output=True, check=True).stdout)
     apply_delta(base, deltas[0], tmp_path / "rebuilt.wtxt")
     assert (tmp_path / "rebuilt.wtxt").read_bytes() == shard.read_bytes()
+
+
+def test_daemon_pushes_through_pre_receive_hook_and_ledger_matches_manifests(tmp_path):
+    """The server side runs snapops' pre-receive hook on every daemon push (signatures
+    required): clean generations are accepted, and every ledger line matches its MANIFEST."""
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    assert main(["hooks", "install", str(bare)]) == 0
+    git("config", "snapops.trustedKeys", str(env.keys / "signing.pub"), cwd=bare)
+    git("config", "snapops.requireSignature", "true", cwd=bare)
+    try:
+        env.start()
+        with env.client(policy="block") as client:
+            for gen in (1, 2, 3):
+                client.request(state_for(gen), gen)
+        env.wait(env.all_pushed, what="pushes through pre-receive")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+    assert env.remote_tags(str(bare)) == ["t/gen-000001", "t/gen-000002", "t/gen-000003"]
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(bare), str(clone))
+    report = Ledger(clone / "ledger" / "t.ledger", root=clone).verify(check_files=True)
+    assert report.ok, report.failure
+    manifest = clone / "snapshots" / "t" / "MANIFEST"
+    manifest.write_bytes(manifest.read_bytes().replace(b"build=test", b"build=evil"))
+    report = Ledger(clone / "ledger" / "t.ledger", root=clone).verify(check_files=True)
+    assert not report.ok and report.failure.check == "file"
