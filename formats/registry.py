@@ -77,4 +77,6 @@ def handler_for_suffix(path: str | os.PathLike) -> FormatHandler:
         if any(name.endswith(s) for s in h.suffixes):
             return h
     known = sorted({s for h in all_handlers() for s in h.suffixes})
-    raise FormatError("unrecognised file type", path=str(path), expected=" or ".join(known))
+    raise FormatError("unrecognised file type (neither its first bytes nor its suffix match a "
+                      "format)", path=str(path), expected=" or ".join(known),
+                      got=Path(path).suffix or "no suffix")
