@@ -20,6 +20,7 @@ import numpy as np
 from snapops.formats.atomic import atomic_write
 from snapops.formats.errors import FormatError, LimitError, TruncatedError
 from snapops.formats.integrity import crc32c
+from snapops.formats.model import close_map
 
 MAGIC = b"SNAPSPOOL 1\n"
 ALIGN = 64
@@ -157,10 +158,7 @@ class Spool:
         return out
 
     def close(self) -> None:
-        try:
-            self._map.close()
-        except BufferError:
-            pass  # arrays handed out still reference the map; it closes when they are freed
+        close_map(self._map)
 
     def __enter__(self) -> "Spool":
         return self

@@ -115,3 +115,22 @@ class ArrayMapping:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.array(name)
+
+    def close(self) -> None:  # pragma: no cover - readers without resources
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def close_map(mapping) -> None:
+    """Close an mmap unless arrays still view it (it is unmapped when the last one goes)."""
+    if mapping is None:
+        return
+    try:
+        mapping.close()
+    except BufferError:
+        pass

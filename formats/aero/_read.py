@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import ArrayMapping
+from ..model import ArrayMapping, close_map
 from ..errors import (ChecksumError, FormatError, LimitError, TruncatedError,
                       UnsupportedVersionError)
 from . import _decode, _hash
@@ -488,14 +488,5 @@ class AeroFile(ArrayMapping):
 
     def close(self) -> None:
         mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass     # arrays still view the map; it is unmapped when the last one goes
+        close_map(mm)
 
-    def __enter__(self) -> "AeroFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..model import ArrayMapping
+from ..model import ArrayMapping, close_map
 from ..errors import FormatError, TruncatedError
 from . import _spec as S
 from ._blocks import Block, decode, iter_blocks, zstd_bound
@@ -221,14 +221,5 @@ class FinfFile(ArrayMapping):
             ext.close()
         self._externals = {}
         mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass        # arrays still refer to the map: it closes when they are gone
+        close_map(mm)
 
-    def __enter__(self) -> "FinfFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

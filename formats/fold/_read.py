@@ -133,11 +133,6 @@ class FoldFile(ArrayMapping):
     def close(self) -> None:
         self.source.close()
 
-    def __enter__(self) -> "FoldFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- chunks ---------------------------------------------------------------------------------
 

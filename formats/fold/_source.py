@@ -15,6 +15,7 @@ import threading
 import numpy as np
 
 from ..errors import FormatError, TruncatedError
+from ..model import close_map
 
 
 class BufferSource:
@@ -40,11 +41,7 @@ class MappedSource(BufferSource):
 
     def close(self) -> None:
         super().close()
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:   # a traceback still holds a view; the map closes with it
-                pass
+        close_map(self._map)
 
 
 class FileSource:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import ArrayMapping
+from ..model import ArrayMapping, close_map
 from ..errors import FormatError, TruncatedError
 from . import _spec as S
 from ._block import block_payload
@@ -119,14 +119,5 @@ class PycausetFile(ArrayMapping):
 
     def close(self) -> None:
         mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass     # arrays still view the map; it is unmapped when the last one goes
+        close_map(mm)
 
-    def __enter__(self) -> "PycausetFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

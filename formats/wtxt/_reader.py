@@ -9,6 +9,7 @@ import stat
 from typing import BinaryIO
 
 from ..errors import LimitError, TruncatedError
+from ..model import close_map
 
 READ_SIZE = 1 << 20
 
@@ -139,10 +140,7 @@ class MappedLineReader:
     def close(self) -> None:
         self._view.release()
         if self.size:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # views handed out still alive: the map closes when they are collected
+            close_map(self._map)
 
     def readline(self) -> tuple[int, bytes]:
         pos = self.offset

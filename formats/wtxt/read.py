@@ -186,11 +186,6 @@ class LazyWtxt(ArrayMapping):
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "LazyWtxt":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def open_lazy(path: str | os.PathLike, **options) -> LazyWtxt:
