@@ -1,4 +1,4 @@
-"""Shared fixtures: the shared test vectors, fresh keys, model-like states; hypothesis profiles."""
+"""Shared fixtures: the WTXT test vectors, fresh keys, model-like states; hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parents[1]
-VECTORS = REPO.parent / "shared" / "vectors" / "wtxt"
+VECTORS = REPO / "tests" / "vectors" / "wtxt"
 VECTOR_OPTS = dict(schema="weights/v1", ts="2026-01-02T03:04:05Z", build="vec1", host="cpu",
                    cuda="off")
 
 
 @pytest.fixture(scope="session")
 def vectors() -> Path:
-    assert VECTORS.is_dir(), f"shared vectors missing at {VECTORS}"
+    assert VECTORS.is_dir(), f"test vectors missing at {VECTORS}"
     return VECTORS
 
 

@@ -1,4 +1,4 @@
-"""Our WTXT writer reproduces the shared vectors byte for byte; our verifier accepts them."""
+"""Our WTXT writer reproduces the test vectors (tests/vectors/wtxt) byte for byte; our verifier accepts them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The independent WTXT reference reproduces and accepts the shared test vectors."""
+"""The independent WTXT reference reproduces and accepts the WTXT test vectors (tests/vectors/wtxt)."""
 from __future__ import annotations
 
 import base64
@@ -11,7 +11,7 @@ from .wtxt_ref import (
     RefError, apply_delta, crc32c, make_delta, parse_wtxt, verify_wsum, write_wtxt,
 )
 
-VEC = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "wtxt"
+VEC = Path(__file__).resolve().parents[1] / "vectors" / "wtxt"
 COMMON = dict(schema="weights/v1", ts="2026-01-02T03:04:05Z", build="vec1", host="cpu", cuda="off")
 
 def _read(name: str) -> bytes:
