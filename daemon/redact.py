@@ -27,9 +27,12 @@ __all__ = ["MASK", "redact_data", "redact_url"]
 
 MASK = "***"
 _SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
-# scheme "://" authority (up to / ? # or whitespace) then the rest; never raises on any input
+# scheme "://" authority (up to / ? # or whitespace: a password may hold any other character,
+# and everything before its last @ is masked) path ?query #fragment, these three also ending
+# at a quote (URLs in messages are quoted); never raises on any input
 _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/?#\s]*)"
-                  r"(?P<path>[^?#\s]*)(?:\?(?P<query>[^#\s]*))?(?:#(?P<fragment>\S*))?")
+                  r"(?P<path>[^?#\s'\"<>`]*)(?:\?(?P<query>[^#\s'\"<>`]*))?"
+                  r"(?:#(?P<fragment>[^\s'\"<>`]*))?")
 _QUERY_ITEM = re.compile(r"(?P<key>[^=&;]*)(?P<eq>=?)[^&;]*")
 
 
