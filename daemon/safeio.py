@@ -7,6 +7,7 @@ are refused with an OSError before any byte is read.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -21,8 +22,8 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
     try:
         kind = os.fstat(fd).st_mode
         if not stat.S_ISREG(kind):
-            raise OSError(f"{os.fspath(path)} is not a regular file "
-                          f"({_KINDS.get(stat.S_IFMT(kind), 'special file')})")
+            raise OSError(errno.EINVAL, "not a regular file "
+                          f"({_KINDS.get(stat.S_IFMT(kind), 'a special file')})", os.fspath(path))
     except BaseException:
         os.close(fd)
         raise

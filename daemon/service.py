@@ -57,6 +57,7 @@ class Daemon:
         self.consecutive_failures = 0
         self.attempts: dict[int, int] = {}        # gen -> failed attempts counted to its drop
         self.waiting_since: dict[int, float] = {}  # gen in REQ -> when this daemon saw it
+        self.unspooled: list[dict] = []            # those requests, for the status
         self.cleaned: list[str] = []               # leftover temp files removed at start
         self.started = clock()
 
@@ -303,11 +304,17 @@ class Daemon:
         now, due = self.clock(), {}
         waiting = {g.gen: g for g in self.state.in_state(REQ)}
         self.waiting_since = {gen: self.waiting_since.get(gen, now) for gen in waiting}
-        for gen, record in waiting.items():
-            if now - self.waiting_since[gen] >= self.config.daemon.abandon_after:
-                due.setdefault(record.fields.get("w", DEFAULT_WRITER), []).append(gen)
+        self.unspooled = [{"gen": gen, "writer": record.fields.get("w", DEFAULT_WRITER),
+                           "waiting_s": round(now - self.waiting_since[gen], 1),
+                           "writer_alive": None} for gen, record in sorted(waiting.items())]
+        for entry in self.unspooled:
+            if entry["waiting_s"] >= self.config.daemon.abandon_after:
+                due.setdefault(entry["writer"], []).append(entry["gen"])
         for writer, gens in due.items():
             lock = try_writer_lock(self.spool_dir, writer)
+            for entry in self.unspooled:
+                if entry["writer"] == writer and entry["gen"] in gens:
+                    entry["writer_alive"] = lock is None
             if lock is None:
                 continue  # alive: still spooling (a large state takes a while)
             try:
@@ -363,7 +370,8 @@ class Daemon:
                       for gen, n in sorted(self.attempts.items())},
             wal_corrupt_lines=len(self.reader.bad),
             wal_corrupt=[{"line": n, "text": text} for n, text in self.reader.bad[-20:]],
-            wal_problem=self.reader.problem, leftovers_removed=self.cleaned[:50]))
+            wal_problem=self.reader.problem, leftovers_removed=self.cleaned[:50],
+            waiting_for_spool=self.unspooled[:50]))
 
     def write_status(self) -> None:
         data = json.dumps(self.status(), indent=2, sort_keys=True).encode() + b"\n"
