@@ -219,7 +219,6 @@ class Daemon:
         finally:
             del arrays
             spool.close()
-        self._record(COMMITTED, gen, commit=commit, tag=tag)
         self.consecutive_failures = 0
         self.attempts.pop(gen, None)
         self.pushq.enqueue(gen)
@@ -256,6 +255,7 @@ class Daemon:
                    f"merkle_this={written.merkle_this}")
         commit = self.repo.commit_generation(written.paths, message, tag)
         set_delta_attributes(self.repo_dir, self.config.repo.delta, written.dense)
+        self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
         return commit, tag
 
     def _record(self, event: str, gen: int, **fields) -> None:

@@ -69,8 +69,11 @@ class WriterLock:
                     f"(pid {holder or '?'} holds {self.path.name}); one process per spool "
                     f"unless the spool is set up for ranks")
             time.sleep(0.01)
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # for humans only: a full disk must not fail the lock
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
 
     def _try_lock(self) -> bool:
         try:
