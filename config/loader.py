@@ -24,7 +24,9 @@ CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
 MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max": 1,
            "push.backoff_initial": 0.0, "push.backoff_max": 0.0, "push.backoff_factor": 1.0,
            "push.jitter": 0.0, "push.timeout": 1.0, "daemon.poll_interval": 0.05,
-           "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0}
+           "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0,
+           "daemon.max_attempts": 1, "daemon.retry_initial": 0.0, "daemon.retry_max": 0.0,
+           "daemon.abandon_after": 0.0}
 
 MAXIMUM = {"repo.compression": 9, "daemon.nice": 19}
 

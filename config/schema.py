@@ -21,6 +21,13 @@ class DaemonConfig:
     poll_interval: float = 2.0        # seconds between WAL rescans (watchdog wakes it earlier)
     nice: int = 19                    # CPU niceness of the daemon and its git children: training
                                       # keeps the CPU, snapshots use idle cycles
+    max_attempts: int = 3             # tries of a generation whose data or ledger keeps failing,
+                                      # then DROPPED reason=failed (disk and git outages are
+                                      # retried without limit: they fail every generation alike)
+    retry_initial: float = 0.5        # seconds before the first retry of a failed generation
+    retry_max: float = 30.0           # cap of its exponential backoff
+    abandon_after: float = 30.0       # seconds a REQ may wait for SPOOLED once its writer's
+                                      # process is gone; then DROPPED reason=abandoned
 
 
 @dataclass(frozen=True)

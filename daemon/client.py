@@ -5,6 +5,7 @@ The only hot-path costs are one copy of the arrays into recycled buffers and one
 fsynced, atomic) and records SPOOLED. At most ``max_in_flight`` generations wait for the spool
 thread: with ``policy="coalesce"`` a newer request replaces the newest waiting one (recorded
 as DROPPED ... reason=coalesced), with ``policy="block"`` ``request`` waits for room.
+A failure to spool one generation (disk full) costs that generation only.
 """
 
 from __future__ import annotations
@@ -20,14 +21,26 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from snapops.formats.atomic import remove_leftover_temps
 from snapops.formats.errors import DataError, SnapopsError
 
 from .lifecycle import DROPPED, REQ, SPOOLED
+from .redact import redact_url
 from .spool import spool_name, write_spool
-from .wal import Wal, replay
+from .wal import Wal, WalError, error_token, replay
+from .writers import DEFAULT_WRITER, WriterLock, retire_unfinished
 
 log = logging.getLogger("snapops.client")
 WAL_NAME = "wal.log"
+
+
+class SpoolFailed(SnapopsError):
+    """Generations that could not be written to the spool (recorded DROPPED spool_failed)."""
+
+    def __init__(self, failed: list[tuple[int, str]]) -> None:
+        self.failed = failed
+        gens = ", ".join(str(gen) for gen, _ in failed)
+        super().__init__(f"spool writer failed for gen {gens}: {failed[-1][1]}")
 
 
 @dataclass
@@ -137,6 +150,12 @@ class _TensorRef:
 class Snapshotter:
     """Hand generations to the snapops daemon without waiting for it.
 
+    One Snapshotter per spool folder: a second one (in any process) is refused with
+    WriterBusy while the first lives. A new one retires what a killed predecessor left
+    unfinished (see :mod:`snapops.daemon.writers`). When a generation cannot be spooled (disk
+    full, ...), it is recorded DROPPED ``reason=spool_failed``, the next ``flush()``/``close()``
+    raises SpoolFailed naming it once, and later requests work again as soon as the disk does.
+
     >>> snap = Snapshotter("spool", max_in_flight=2)
     >>> for step in range(1000):
     ...     train_step()
@@ -155,14 +174,24 @@ class Snapshotter:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
         self.spool_nice = spool_nice
-        state, _ = replay(self.spool_dir / WAL_NAME)
+        self.writer = DEFAULT_WRITER
+        self._writer_lock = WriterLock(self.spool_dir, self.writer)
+        try:
+            self.wal = Wal(self.spool_dir / WAL_NAME, writer=self.writer)
+            state, _ = replay(self.spool_dir / WAL_NAME)
+            retire_unfinished(self.wal, state, self.spool_dir, self.writer)
+        except BaseException:
+            self._writer_lock.release()
+            raise
+        remove_leftover_temps(self.spool_dir)
         self.last_gen = max(state.gens, default=-1)
-        self.wal = Wal(self.spool_dir / WAL_NAME)
         self.pool = BufferPool(keep=max_in_flight + 1)
+        self.failures: list[tuple[int, str]] = []     # (gen, error) never spooled, all time
+        self._unreported: list[tuple[int, str]] = []  # ... not yet raised by flush()
+        self._unrecorded: list[tuple[str, int, dict]] = []  # WAL records that hit a full disk
         self._pending: collections.deque[Pinned] = collections.deque()
         self._busy = False
         self._closed = False
-        self._error: BaseException | None = None
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="snapops-spool")
         self._thread.start()
@@ -175,29 +204,51 @@ class Snapshotter:
         ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()))
         with self._cond:
-            self._check_open()
-            if gen <= self.last_gen:
+            try:
+                self._admit(pinned)
+            except BaseException:
                 self.pool.give(arrays)
-                raise DataError(f"gen {gen} is not greater than the last requested gen "
-                                f"{self.last_gen}")
-            if self.policy == "block":
-                while len(self._pending) >= self.max_in_flight and not self._error:
-                    self._cond.wait()
-                self._check_open()
-            self.last_gen = gen
-            self.wal.append(REQ, gen, arrays=len(arrays), bytes=pinned.nbytes)
-            if len(self._pending) >= self.max_in_flight:
-                dropped = self._pending.pop()
-                self.wal.append(DROPPED, dropped.gen, reason="coalesced", by=gen)
-                self.pool.give(dropped.arrays)
-            self._pending.append(pinned)
+                raise
             self._cond.notify_all()
 
-    def _check_open(self) -> None:
-        if self._error is not None:
-            raise SnapopsError(f"spool writer failed: {self._error}") from self._error
+    def _admit(self, pinned: Pinned) -> None:
+        """Under the lock: order, room, the REQ record, coalescing; then queue ``pinned``."""
+        self._check_request(pinned.gen)
+        if self.policy == "block":
+            while len(self._pending) >= self.max_in_flight and not self._closed:
+                self._cond.wait()
+            self._check_request(pinned.gen)  # the world may have changed while waiting
+        self._append_pending()
+        self.wal.append(REQ, pinned.gen, pid=os.getpid(), arrays=len(pinned.arrays),
+                        bytes=pinned.nbytes)
+        self.last_gen = pinned.gen
+        if len(self._pending) >= self.max_in_flight:
+            dropped = self._pending.pop()
+            self._append(DROPPED, dropped.gen, reason="coalesced", by=pinned.gen)
+            self.pool.give(dropped.arrays)
+        self._pending.append(pinned)
+
+    def _check_request(self, gen: int) -> None:
         if self._closed:
             raise SnapopsError("Snapshotter is closed")
+        if gen <= self.last_gen:
+            raise DataError(f"gen {gen} is not greater than the last requested gen "
+                            f"{self.last_gen}")
+
+    def _append(self, event: str, gen: int, **fields) -> None:
+        """Append a record; one that fails (disk full) is kept and appended again later."""
+        try:
+            self._append_pending()
+            self.wal.append(event, gen, **fields)
+        except WalError as exc:
+            log.error("cannot record %s gen %d yet: %s", event, gen, exc)
+            self._unrecorded.append((event, gen, fields))
+
+    def _append_pending(self) -> None:
+        while self._unrecorded:
+            event, gen, fields = self._unrecorded[0]
+            self.wal.append(event, gen, **fields)
+            self._unrecorded.pop(0)
 
     def _run(self) -> None:
         try:  # Linux: niceness is per thread; the training threads keep the CPU
@@ -214,39 +265,51 @@ class Snapshotter:
                 self._busy = True
                 self._cond.notify_all()
             try:
-                name = spool_name(item.gen)
-                size = write_spool(self.spool_dir / name, item.gen, item.arrays,
-                                   {"ts": item.ts}, item.bf16)
-                self.wal.append(SPOOLED, item.gen, file=name, bytes=size)
-                self.wal.sync()
-            except BaseException as exc:  # disk full, permissions: surface to the trainer
-                log.error("spooling gen %d failed: %s", item.gen, exc)
-                with self._cond:
-                    self._error = exc
-                    self._busy = False
-                    self._cond.notify_all()
-                return
+                self._spool(item)
             finally:
                 self.pool.give(item.arrays)
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _spool(self, item: Pinned) -> None:
+        """Write one generation and record SPOOLED; on failure record it DROPPED."""
+        name = spool_name(item.gen)
+        try:
+            size = write_spool(self.spool_dir / name, item.gen, item.arrays, {"ts": item.ts},
+                               item.bf16)
+        except Exception as exc:  # disk full, permissions: this gen is lost, the next may not be
+            error = redact_url(str(exc))
+            log.error("spooling gen %d failed: %s", item.gen, error)
             with self._cond:
-                self._busy = False
-                self._cond.notify_all()
+                self.failures.append((item.gen, error))
+                self._unreported.append((item.gen, error))
+                self._append(DROPPED, item.gen, reason="spool_failed", error=error_token(error))
+            return
+        with self._cond:
+            self._append(SPOOLED, item.gen, file=name, bytes=size)
+        try:
+            self.wal.sync()
+        except OSError as exc:
+            log.error("cannot sync the WAL: %s", exc)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every pinned generation is spooled; False on timeout."""
+        """Wait until every pinned generation is spooled; False on timeout. Raises SpoolFailed
+        (once) if generations could not be spooled since the last flush."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while (self._pending or self._busy) and self._error is None:
+            while self._pending or self._busy:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
-            if self._error is not None:
-                raise SnapopsError(f"spool writer failed: {self._error}") from self._error
+            failed, self._unreported = self._unreported, []
+        if failed:
+            raise SpoolFailed(failed)
         return True
 
     def close(self, timeout: float | None = None) -> None:
-        """Spool everything still pinned, then stop the spool thread."""
+        """Spool everything still pinned, then stop the spool thread (raises like flush)."""
         try:
             self.flush(timeout)
         finally:
@@ -254,7 +317,13 @@ class Snapshotter:
                 self._closed = True
                 self._cond.notify_all()
             self._thread.join(timeout)
+            with self._cond:
+                try:
+                    self._append_pending()
+                except WalError as exc:
+                    log.error("records lost on close (the daemon retires them): %s", exc)
             self.wal.close()
+            self._writer_lock.release()
 
     def __enter__(self) -> "Snapshotter":
         return self

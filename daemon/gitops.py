@@ -33,11 +33,12 @@ import threading
 import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable
-from urllib.parse import urlsplit, urlunsplit
 
 import git
 
 from snapops.formats.errors import GitError, PushError
+
+from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["SnapshotRepo", "redact_url", "resolve_url"]
 
@@ -46,19 +47,6 @@ _ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 _SUMMARY_LINES = 4
 _SUMMARY_CHARS = 600
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password (``https://user:token@host``) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.scheme or parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 def resolve_url(url: str) -> str:

@@ -20,18 +20,21 @@ import time
 
 from snapops.config.loader import resolve
 from snapops.config.schema import Config
-from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
 
 from .client import WAL_NAME
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
+from .redact import redact_data, redact_url
 from .serialize import Sealing, ledger_path, run_dir, serialize_generation
 from .spool import Spool, spool_files, spool_name
-from .wal import Wal, WalReader, WalState
+from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
 from .worktree import configure_repo, restore_paths, set_delta_attributes
+from .writers import DEFAULT_WRITER, retire_unfinished, try_writer_lock
 
 log = logging.getLogger("snapops.daemon")
 MAX_FAILURES = 20
+UNFINISHED = (REQ, SPOOLED, SERIALIZED)
 
 
 class DaemonLocked(SnapopsError):
@@ -52,6 +55,10 @@ class Daemon:
         self.failures: list[dict] = []
         self.retry_at = 0.0
         self.consecutive_failures = 0
+        self.attempts: dict[int, int] = {}        # gen -> failed attempts counted to its drop
+        self.waiting_since: dict[int, float] = {}  # gen in REQ -> when this daemon saw it
+        self.unspooled: list[dict] = []            # those requests, for the status
+        self.cleaned: list[str] = []               # leftover temp files removed at start
         self.started = clock()
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -63,10 +70,12 @@ class Daemon:
         self._install_signals()  # first: a SIGTERM during start-up must still stop cleanly
         _lower_priority(self.config.daemon.nice)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)  # status and queue name remotes: private
         lock = self._lock()
-        self.wal = Wal(self.spool_dir / WAL_NAME)
+        self.wal = Wal(self.spool_dir / WAL_NAME, writer=DAEMON_WRITER)
         self.reader = WalReader(self.spool_dir / WAL_NAME)
+        self._remove_leftovers()
         self.sealing = Sealing.from_config(self.config)
         self.repo = SnapshotRepo(self.repo_dir, branch=self.config.repo.branch,
                                  author_name=self.config.repo.author_name,
@@ -117,7 +126,8 @@ class Daemon:
         self.wake.clear()
 
     def _lock(self) -> int:
-        fd = os.open(self.state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                     0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -162,6 +172,7 @@ class Daemon:
 
     def step(self) -> None:
         self._sync_state()
+        self._retire_abandoned()
         if self.clock() >= self.retry_at:
             for gen in self._ready():
                 if self.stopping() or not self._advance(gen):
@@ -170,75 +181,161 @@ class Daemon:
         self.write_status()
 
     def _ready(self) -> list[int]:
-        """Generations to serialize and commit, in order, none overtaking an unspooled one."""
+        """Generations to serialize and commit (or drop), in order, none overtaking an
+        unspooled one; a malformed one is ready to be dropped wherever it is."""
         ready = []
         for gen in sorted(self.state.gens):
-            state = self.state.gens[gen].state
-            if state == REQ:
+            record = self.state.gens[gen]
+            if record.problem and record.state in UNFINISHED:
+                ready.append(gen)
+            elif record.state == REQ:
                 break
-            if state in (SPOOLED, SERIALIZED):
+            elif record.state in (SPOOLED, SERIALIZED):
                 ready.append(gen)
         return ready
 
     def _advance(self, gen: int) -> bool:
-        """Serialize, seal, ledger and commit ``gen``; False to stop this pass (retry later)."""
+        """Serialize, seal, ledger and commit ``gen`` (or drop it); False to stop this pass."""
         record = self.state.gens[gen]
-        path = self.spool_dir / record.fields.get("file", spool_name(gen))
+        if record.problem:
+            return self._drop(gen, "bad_record", record.problem)
+        newest = max((g.gen for g in self.state.in_state(COMMITTED, PUSHED)), default=-1)
+        if gen <= newest:
+            return self._drop(gen, "out_of_order", f"gen {gen} after committed gen {newest}")
         try:
-            spool = Spool(path)
-            arrays = spool.arrays(check=True)
+            spool, arrays = self._load_spool(gen, record.fields.get("file", spool_name(gen)))
         except FormatError as exc:
             return self._drop(gen, "bad_spool", exc)
         try:
-            restore_paths(self.repo_dir, self.config.repo.branch,
-                          [run_dir(self.config), ledger_path(self.config)])
-            previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
-            ts = str(spool.meta.get("ts", "")) or time.strftime("%Y-%m-%dT%H:%M:%SZ")
-            written = serialize_generation(self.repo_dir, gen, arrays, ts, self.config,
-                                           self.sealing, previous)
-            del arrays
-            spool.close()
-            if record.state == SPOOLED:
-                self._record(SERIALIZED, gen, merkle=written.merkle_this)
-            tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
-            message = (f"snapops: {self.config.snapshot.run} gen {gen} "
-                       f"merkle_this={written.merkle_this}")
-            commit = self.repo.commit_generation(written.paths, message, tag)
-            set_delta_attributes(self.repo_dir, self.config.repo.delta, written.dense)
+            commit, tag = self._commit(gen, spool.meta, arrays)
         except DataError as exc:
             return self._drop(gen, "unserializable", exc)
-        except (OSError, GitError, FormatError) as exc:
-            self._fail(gen, "serialize/commit", exc)
-            return False
-        self._record(COMMITTED, gen, commit=commit, tag=tag)
+        except (OSError, GitError) as exc:  # disk, permissions, git: not this gen's fault
+            return self._fail(gen, "serialize/commit", exc, counted=False)
+        except Exception as exc:  # format or ledger refusals, anything the data provoked
+            if not isinstance(exc, FormatError):
+                log.exception("gen %d: unexpected error", gen)
+            return self._fail(gen, "serialize/commit", exc, counted=True)
+        finally:
+            del arrays
+            spool.close()
         self.consecutive_failures = 0
+        self.attempts.pop(gen, None)
         self.pushq.enqueue(gen)
         log.info("gen %d committed %s (%s)", gen, commit[:12], tag)
         return True
+
+    def _load_spool(self, gen: int, name: str) -> tuple[Spool, dict]:
+        """The spool of ``gen`` and its CRC-checked arrays: a plain file name in the spool
+        folder (the WAL grammar allows no ``/``; checked again here), a regular file opened
+        without blocking, holding the same gen. FormatError otherwise."""
+        if "/" in name or name in ("", ".", ".."):
+            raise FormatError(path=name, expected="a file name in the spool folder", got=name)
+        spool = Spool(self.spool_dir / name)
+        try:
+            if spool.gen != gen:
+                raise FormatError(path=spool.path, expected=f"the spool of gen {gen}",
+                                  got=f"gen {spool.gen}")
+            return spool, spool.arrays(check=True)
+        except BaseException:
+            spool.close()
+            raise
+
+    def _commit(self, gen: int, meta: dict, arrays: dict) -> tuple[str, str]:
+        restore_paths(self.repo_dir, self.config.repo.branch,
+                      [run_dir(self.config), ledger_path(self.config)])
+        previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
+        ts = meta.get("ts") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        written = serialize_generation(self.repo_dir, gen, arrays, ts, self.config,
+                                       self.sealing, previous)
+        if self.state.gens[gen].state == SPOOLED:
+            self._record(SERIALIZED, gen, merkle=written.merkle_this)
+        tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
+        message = (f"snapops: {self.config.snapshot.run} gen {gen} "
+                   f"merkle_this={written.merkle_this}")
+        commit = self.repo.commit_generation(written.paths, message, tag)
+        set_delta_attributes(self.repo_dir, self.config.repo.delta, written.dense)
+        self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
+        return commit, tag
 
     def _record(self, event: str, gen: int, **fields) -> None:
         self.wal.append(event, gen, **fields)
         self.wal.sync()
         self._sync_state()
 
-    def _drop(self, gen: int, reason: str, exc: Exception) -> bool:
-        log.error("gen %d dropped (%s): %s", gen, reason, exc)
-        self._note_failure(gen, reason, exc)
-        if self.state.gens[gen].state == SPOOLED:
-            self._record(DROPPED, gen, reason=reason)
+    def _drop(self, gen: int, reason: str, why: Exception | str) -> bool:
+        """Record ``gen`` DROPPED with ``reason`` and the error; True: go on with later gens."""
+        log.error("gen %d dropped (%s): %s", gen, reason, why)
+        self._note_failure(gen, reason, why)
+        self.attempts.pop(gen, None)
+        if self.state.gens[gen].state in UNFINISHED:
+            try:
+                self._record(DROPPED, gen, reason=reason, error=error_token(why))
+            except WalError as exc:  # disk full: the drop is retried on the next pass
+                log.error("cannot record the drop of gen %d: %s", gen, exc)
+                return False
         return True
 
-    def _fail(self, gen: int, stage: str, exc: Exception) -> None:
+    def _fail(self, gen: int, stage: str, exc: Exception, *, counted: bool) -> bool:
+        """A failed attempt: retried after a backoff; after ``max_attempts`` counted ones,
+        dropped (``reason=failed``). Returns whether the pass may go on."""
+        if counted:
+            self.attempts[gen] = self.attempts.get(gen, 0) + 1
+            if self.attempts[gen] >= self.config.daemon.max_attempts:
+                return self._drop(gen, "failed", f"{stage} failed {self.attempts[gen]} times, "
+                                                 f"last: {exc}")
         self.consecutive_failures += 1
-        delay = min(30.0, 0.5 * 2 ** min(self.consecutive_failures - 1, 6))
+        cfg = self.config.daemon
+        delay = min(cfg.retry_max, cfg.retry_initial * 2 ** min(self.consecutive_failures - 1, 16))
         self.retry_at = self.clock() + delay
-        log.error("gen %d: %s failed, retrying in %.0fs: %s", gen, stage, delay, exc)
+        log.error("gen %d: %s failed, retrying in %.1fs: %s", gen, stage, delay, exc)
         self._note_failure(gen, stage, exc)
+        return False
 
-    def _note_failure(self, gen: int, stage: str, exc: Exception) -> None:
-        self.failures.append({"gen": gen, "stage": stage, "error": str(exc)[:500],
-                              "time": self.clock()})
+    def _note_failure(self, gen: int, stage: str, exc: Exception | str) -> None:
+        self.failures.append({"gen": gen, "stage": stage, "error": redact_url(str(exc))[:500],
+                              "time": self.clock(), "attempts": self.attempts.get(gen, 0)})
         del self.failures[:-MAX_FAILURES]
+
+    # --- writers that died -----------------------------------------------------------------
+    def _retire_abandoned(self) -> None:
+        """Retire requests that waited ``abandon_after`` seconds for SPOOLED and whose writer
+        is gone (its lock is free: taken here while retiring, so it cannot come back)."""
+        now, due = self.clock(), {}
+        waiting = {g.gen: g for g in self.state.in_state(REQ)}
+        self.waiting_since = {gen: self.waiting_since.get(gen, now) for gen in waiting}
+        self.unspooled = [{"gen": gen, "writer": record.fields.get("w", DEFAULT_WRITER),
+                           "waiting_s": round(now - self.waiting_since[gen], 1),
+                           "writer_alive": None} for gen, record in sorted(waiting.items())]
+        for entry in self.unspooled:
+            if entry["waiting_s"] >= self.config.daemon.abandon_after:
+                due.setdefault(entry["writer"], []).append(entry["gen"])
+        for writer, gens in due.items():
+            lock = try_writer_lock(self.spool_dir, writer)
+            for entry in self.unspooled:
+                if entry["writer"] == writer and entry["gen"] in gens:
+                    entry["writer_alive"] = lock is None
+            if lock is None:
+                continue  # alive: still spooling (a large state takes a while)
+            try:
+                self._sync_state()
+                retire_unfinished(self.wal, self.state, self.spool_dir, writer, gens)
+            except WalError as exc:
+                log.error("cannot retire requests of writer %s: %s", writer, exc)
+            finally:
+                lock.release()
+        if due:
+            self._sync_state()
+
+    def _remove_leftovers(self) -> None:
+        """Temp files of writers killed mid-write, in the folders this daemon serves."""
+        for folder, recursive in ((self.spool_dir, False), (self.state_dir, False),
+                                  (self.repo_dir, True)):
+            removed = remove_leftover_temps(folder, recursive=recursive)
+            self.cleaned += [os.fspath(path) for path in removed]
+        if self.cleaned:
+            log.warning("removed %d leftover temp files: %s", len(self.cleaned),
+                        ", ".join(self.cleaned[:10]))
 
     def _on_pushed(self, remote: str, gens: list[int]) -> None:
         for gen in gens:
@@ -252,20 +349,34 @@ class Daemon:
         """Keep spool files of the last K generations; older ones once committed or dropped."""
         keep = self.config.repo.retention
         files = spool_files(self.spool_dir)
+        newest = max(self.state.gens, default=-1)
         for gen, path in files[:-keep] if len(files) > keep else []:
             state = self.state.gens.get(gen)
-            if state is not None and state.state in (COMMITTED, PUSHED, DROPPED):
-                path.unlink(missing_ok=True)
+            done = state.state in (COMMITTED, PUSHED, DROPPED) if state is not None \
+                else gen < newest  # an orphan: no request names it
+            if done:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:  # a folder named like a spool file, ...
+                    log.error("cannot remove %s: %s", path, exc)
 
     def status(self) -> dict:
-        return status_from(self.state, self.remotes, pid=os.getpid(), started=self.started,
-                           failures=self.failures, push=self.pushq.status(),
-                           retry_at=self.retry_at or None)
+        """The status dict (see :func:`status_from`) with what only the running daemon knows;
+        every string in it is redacted."""
+        return redact_data(status_from(
+            self.state, self.remotes, pid=os.getpid(), started=self.started,
+            failures=self.failures, push=self.pushq.status(), retry_at=self.retry_at or None,
+            retrying={str(gen): {"attempts": n, "max_attempts": self.config.daemon.max_attempts}
+                      for gen, n in sorted(self.attempts.items())},
+            wal_corrupt_lines=len(self.reader.bad),
+            wal_corrupt=[{"line": n, "text": text} for n, text in self.reader.bad[-20:]],
+            wal_problem=self.reader.problem, leftovers_removed=self.cleaned[:50],
+            waiting_for_spool=self.unspooled[:50]))
 
     def write_status(self) -> None:
         data = json.dumps(self.status(), indent=2, sort_keys=True).encode() + b"\n"
         try:
-            atomic_write_bytes(self.state_dir / "status.json", data)
+            atomic_write_bytes(self.state_dir / "status.json", data, mode=0o600)
         except OSError as exc:
             log.error("cannot write status: %s", exc)
 
@@ -278,13 +389,21 @@ def _lower_priority(nice: int) -> None:
 
 
 def status_from(state: WalState, remotes: set[str], **extra) -> dict:
-    """What ``snapops daemon status`` shows; computable from the WAL alone."""
+    """What ``snapops daemon status`` shows; computable from the WAL alone.
+
+    ``dropped_details`` names why each of the last 50 dropped generations was dropped
+    (``reason`` from :data:`snapops.daemon.lifecycle.DROP_REASONS`, ``error`` as recorded);
+    ``wal_rejected`` counts the records refused (illegal transition, foreign writer) and
+    ``wal_rejected_records`` shows the last 20 with the reason. The daemon adds its own keys
+    through ``extra`` (see :meth:`Daemon.status`).
+    """
     def last(*states):
         gens = [g.gen for g in state.gens.values() if g.state in states]
         return max(gens) if gens else None
 
     committed = [g for g in state.gens.values() if g.state in (COMMITTED, PUSHED)]
     unpushed = sorted(g.gen for g in committed if not g.fully_pushed(remotes))
+    dropped = state.in_state(DROPPED)[-50:]
     return {
         "last_requested": max(state.gens) if state.gens else None,
         "last_spooled": last(SPOOLED, SERIALIZED, COMMITTED, PUSHED),
@@ -295,7 +414,14 @@ def status_from(state: WalState, remotes: set[str], **extra) -> dict:
                                        if g.state in (REQ, SPOOLED, SERIALIZED)),
         "push_queue_depth": len(unpushed),
         "push_queue": unpushed[:50],
-        "dropped": sorted(g.gen for g in state.gens.values() if g.state == DROPPED)[-50:],
-        "wal_rejected": len(state.rejected),
+        "dropped": [g.gen for g in dropped],
+        "dropped_details": [{"gen": g.gen, "reason": g.fields.get("reason", "unknown"),
+                             "error": g.fields.get("error"), "by": g.fields.get("by")}
+                            for g in dropped],
+        "wal_rejected": state.rejected_total,
+        "wal_rejected_records": [
+            {"line": record.line_no, "event": record.event, "gen": record.gen,
+             "writer": record.fields.get("w"), "why": why}
+            for record, why in list(state.rejected)[-20:]],
         **extra,
     }

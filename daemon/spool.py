@@ -1,10 +1,16 @@
 """Spool files: a pinned generation on disk in a zero-encoding binary form.
 
-Layout: ``SNAPSPOOL 1\\n`` + one line of JSON (gen, ts, meta, and per array name, dtype,
-shape, offset, nbytes, crc32c) + LF, zero padding to 64 bytes, then each array's raw C-order
-bytes at a 64-aligned offset. Written through the atomic helper (temp, fsync, rename) so a
-spool file is complete or absent; read by mmap without copying. The CRC32C per array catches
-later corruption; bad content raises FormatError (the daemon logs it and drops the gen).
+Layout: ``SNAPSPOOL 1\\n`` + one line of JSON (gen, meta with ts, and per array name, dtype,
+shape, offset, nbytes, crc32c, optional bf16) + LF, zero padding to 64 bytes, then each array's
+raw C-order bytes at a 64-aligned offset, in header order, with nothing after the last one.
+Written through the atomic helper (temp, fsync, rename) so a spool file is complete or absent;
+read by mmap without copying. The CRC32C per array catches later corruption.
+
+The header comes from another process and is checked before use: at most ``MAX_HEADER`` bytes
+and ``MAX_DEPTH`` levels of nesting, no floats, NaN or
+Infinity, integers of at most 20 digits, no duplicate keys, exactly the known keys, every value
+of its type and range, unique array names, and extents that tile the file exactly. Any failure
+raises FormatError (the daemon logs it and drops the generation as ``bad_spool``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +30,20 @@ from snapops.formats.errors import FormatError, LimitError, TruncatedError
 from snapops.formats.integrity import crc32c
 from snapops.formats.model import close_map
 
+from .safeio import open_regular
+
 MAGIC = b"SNAPSPOOL 1\n"
 ALIGN = 64
 MAX_HEADER = 16 << 20
 MAX_ARRAYS = 1 << 20
+MAX_DEPTH = 4                 # levels of objects/arrays: {"arrays": [{"shape": [...]}]}
+MAX_NAME = 1024               # characters of an array name
+MAX_DIMS = 32
+MAX_GEN = 10**18 - 1          # what a WAL record can name
+TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+_HEADER_KEYS = frozenset({"gen", "meta", "arrays"})
+_ENTRY_KEYS = frozenset({"name", "dtype", "shape", "offset", "nbytes", "crc32c"})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # dtypes a spool may hold (bf16 travels as u2 with "bf16": true in its entry)
 DTYPES = {"<f8", "<f4", "<f2", "<i8", "<u8", "<i4", "<u4", "<i2", "<u2", "|i1", "|u1", "|b1"}
 
@@ -88,20 +106,28 @@ def write_spool(path: str | os.PathLike, gen: int, arrays: dict[str, np.ndarray]
 
 
 class Spool:
-    """A spool file opened by mmap: ``arrays()`` gives zero-copy views, CRC-checked."""
+    """A spool file opened by mmap: ``arrays()`` gives zero-copy views, CRC-checked.
+
+    The file is opened without blocking or following symlinks and must be a regular file;
+    the header is checked field by field (:func:`parse_header`) and the declared extents must
+    tile the file exactly. Anything else raises FormatError.
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < len(MAGIC):
-                    raise TruncatedError(path=self.path, offset=0, expected="a spool header",
-                                         got=f"{size} bytes")
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            fd = open_regular(self.path)
         except OSError as exc:
-            raise FormatError(path=self.path, expected="a readable spool file",
-                              got=exc.strerror) from exc
+            raise FormatError(path=self.path, expected="a readable regular spool file",
+                              got=exc.strerror or str(exc)) from exc
+        try:
+            size = os.fstat(fd).st_size
+            if size < len(MAGIC):
+                raise TruncatedError(path=self.path, offset=0, expected="a spool header",
+                                     got=f"{size} bytes")
+            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
         try:
             self.gen, self.meta, self.entries, self.data_start = self._parse(size)
         except BaseException:
@@ -116,34 +142,14 @@ class Spool:
         if end < 0:
             raise LimitError(path=self.path, offset=len(MAGIC),
                              expected=f"a header line under {MAX_HEADER} bytes", got="none")
-        try:
-            header = json.loads(self._map[len(MAGIC):end])
-            gen, meta, raw_entries = int(header["gen"]), dict(header["meta"]), header["arrays"]
-            if not isinstance(raw_entries, list) or len(raw_entries) > MAX_ARRAYS:
-                raise ValueError("arrays")
-            entries = [self._entry(e) for e in raw_entries]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FormatError(path=self.path, offset=len(MAGIC), expected="a valid spool header",
-                              got=str(exc)[:80]) from None
+        gen, meta, entries = parse_header(self._map[len(MAGIC):end], self.path)
         start = _align(end + 1)
-        for e in entries:
-            if start + e.offset + e.nbytes > size:
-                raise TruncatedError(path=self.path, offset=start + e.offset,
-                                     expected=f"{e.nbytes} bytes for {e.name}", got="end of file")
+        data_end = entries[-1].offset + entries[-1].nbytes if entries else 0
+        if size != start + data_end:
+            raise FormatError(path=self.path, offset=size, check="extent",
+                              expected=f"{start + data_end} bytes as the header declares",
+                              got=f"{size} bytes")
         return gen, meta, entries, start
-
-    @staticmethod
-    def _entry(e: dict) -> SpoolEntry:
-        dtype, shape = str(e["dtype"]), tuple(int(d) for d in e["shape"])
-        if dtype not in DTYPES or any(d < 0 for d in shape) or len(shape) > 64:
-            raise ValueError(f"unsupported dtype/shape {dtype} {shape}")
-        nbytes = int(e["nbytes"])
-        if int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize != nbytes:
-            raise ValueError(f"{e['name']}: nbytes does not match shape")
-        if int(e["offset"]) < 0 or int(e["offset"]) % ALIGN:
-            raise ValueError("misaligned offset")
-        return SpoolEntry(str(e["name"]), dtype, shape, int(e["offset"]), nbytes,
-                          int(e["crc32c"]), bool(e.get("bf16", False)))
 
     def arrays(self, check: bool = True) -> dict[str, np.ndarray]:
         out = {}
@@ -165,6 +171,120 @@ class Spool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Bad(ValueError):
+    """A header value out of bounds; turned into FormatError by :func:`parse_header`."""
+
+
+def parse_header(raw: bytes, path: str) -> tuple[int, dict, list[SpoolEntry]]:
+    """gen, meta and entries of a spool header line (without its LF); FormatError if any
+    field is missing, extra, of the wrong type or out of bounds (see the module docstring)."""
+    try:
+        header = _load_json(bytes(raw))
+        if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+            raise _Bad(f"keys {sorted(_HEADER_KEYS)}")
+        gen = _int(header["gen"], "gen", MAX_GEN)
+        meta = _meta(header["meta"])
+        raw_entries = header["arrays"]
+        if not isinstance(raw_entries, list) or len(raw_entries) > MAX_ARRAYS:
+            raise _Bad(f"arrays: a list of at most {MAX_ARRAYS} entries")
+        entries, at = [], 0
+        for index, e in enumerate(raw_entries):
+            entry = _entry(e, index, at)
+            entries.append(entry)
+            at = _align(entry.offset + entry.nbytes)
+        if len({e.name for e in entries}) != len(entries):
+            raise _Bad("unique array names")
+    except (_Bad, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FormatError(path=path, offset=len(MAGIC), expected="a valid spool header",
+                          got=str(exc)[:120]) from None
+    return gen, meta, entries
+
+
+def _load_json(raw: bytes):
+    """Strict JSON: ints only, no duplicate keys, nesting bounded. The C parser stops a deep
+    nesting with RecursionError (it counts its own recursion), which is turned into _Bad."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant,
+                           parse_float=_no_float, parse_int=_bounded_int,
+                           object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise _Bad(f"nesting deeper than {MAX_DEPTH} levels") from None
+    level, todo = 0, [value]
+    while todo:  # breadth first, one level at a time
+        level += 1
+        if level > MAX_DEPTH:
+            raise _Bad(f"nesting deeper than {MAX_DEPTH} levels")
+        todo = [child for item in todo if isinstance(item, (dict, list))
+                for child in (item.values() if isinstance(item, dict) else item)
+                if isinstance(child, (dict, list))]
+    return value
+
+
+def _no_constant(name: str):
+    raise _Bad(f"{name} (not a JSON number)")
+
+
+def _no_float(text: str):
+    raise _Bad(f"a number with a fraction or exponent: {text[:40]}")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 20:
+        raise _Bad("an integer of more than 20 digits")
+    return int(text)
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Bad("an object with a duplicate key")
+    return out
+
+
+def _int(value, what: str, high: int) -> int:
+    if type(value) is not int or not 0 <= value <= high:
+        raise _Bad(f"{what}: an integer in 0..{high}, got {str(value)[:40]}")
+    return value
+
+
+def _meta(meta) -> dict:
+    if not isinstance(meta, dict) or not set(meta) <= {"ts"}:
+        raise _Bad("meta: an object with at most the key ts")
+    ts = meta.get("ts")
+    if ts is not None:
+        if not isinstance(ts, str) or not TS.fullmatch(ts):
+            raise _Bad(f"meta.ts: YYYY-MM-DDTHH:MM:SSZ, got {str(ts)[:40]}")
+        try:
+            time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            raise _Bad(f"meta.ts: a real date and time, got {ts}") from None
+    return meta
+
+
+def _entry(e, index: int, offset: int) -> SpoolEntry:
+    where = f"arrays[{index}]"
+    if not isinstance(e, dict) or not _ENTRY_KEYS <= set(e) <= _ENTRY_KEYS | {"bf16"}:
+        raise _Bad(f"{where}: keys {sorted(_ENTRY_KEYS)} and optionally bf16")
+    name, dtype, shape = e["name"], e["dtype"], e["shape"]
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or _CONTROL.search(name):
+        raise _Bad(f"{where}.name: 1 to {MAX_NAME} printable characters")
+    if dtype not in DTYPES:
+        raise _Bad(f"{where}.dtype: one of {sorted(DTYPES)}, got {str(dtype)[:20]}")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise _Bad(f"{where}.shape: a list of at most {MAX_DIMS} sizes")
+    dims = tuple(_int(d, f"{where}.shape", 1 << 62) for d in shape)
+    nbytes = _int(e["nbytes"], f"{where}.nbytes", 1 << 62)
+    if nbytes != int(np.prod(dims, dtype=object)) * np.dtype(dtype).itemsize:
+        raise _Bad(f"{where}.nbytes: shape x itemsize")
+    if _int(e["offset"], f"{where}.offset", 1 << 62) != offset:
+        raise _Bad(f"{where}.offset: {offset} (arrays in order, 64-aligned, no gaps)")
+    bf16 = e.get("bf16", False)
+    if type(bf16) is not bool or (bf16 and dtype != "<u2"):
+        raise _Bad(f"{where}.bf16: a boolean, true only for <u2")
+    return SpoolEntry(name, dtype, dims, offset, nbytes,
+                      _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), bf16)
 
 
 def spool_files(folder: str | os.PathLike) -> list[tuple[int, Path]]:

@@ -1,15 +1,31 @@
 """The write-ahead log: append-only, one line per lifecycle record, shared by the training
-process (REQ, SPOOLED, DROPPED) and the daemon (SERIALIZED, COMMITTED, PUSHED).
+process (REQ, SPOOLED, DROPPED) and the daemon (SERIALIZED, COMMITTED, PUSHED, DROPPED).
 
 Line grammar (ASCII): ``<EVENT> gen=<int> [<key>=<token> ...] crc=<crc32c hex8>`` + LF, where
-the CRC covers the bytes before `` crc=``. Each record is one ``write()`` on an O_APPEND
-descriptor, so writers in two processes never interleave. The training thread never waits for
-fsync: ``sync()`` (fdatasync) is called by the spool thread after each spooled generation and
-by the daemon after its own records. Replay skips (and reports) torn or corrupt lines.
+the CRC covers the bytes before `` crc=``. ``w=`` names the writer of every record: a training
+process is writer ``0`` (later, rank r of a job will be writer ``r``), the daemon is ``daemon``;
+REQ records also carry the writer's ``pid=``. :data:`FIELDS` bounds every value.
+
+Records are whole or absent. An append takes an exclusive ``flock`` on the WAL (bounded wait)
+and, under it:
+
+1. if the file does not end in LF (a writer was killed in the middle of a record), writes the
+   missing LF first, so the torn fragment stays a line of its own (replayed as corrupt) and
+   never glues itself to the next record;
+2. writes the record, continuing after short writes (EINTR is retried by Python);
+3. if a write fails part way (ENOSPC, EIO), truncates the file back to where it began.
+
+Readers skip (and report) corrupt lines and resynchronise: a corrupt line with a record start
+(``<EVENT> gen=``) after some garbage yields the record found there. The training thread never
+waits for fsync: ``sync()`` (fdatasync) is called by the spool thread after each spooled
+generation and by the daemon after its own records. Files are opened without following
+symlinks and without blocking (a FIFO or a device is refused, never waited on).
 """
 
 from __future__ import annotations
 
+import collections
+import fcntl
 import logging
 import os
 import re
@@ -18,15 +34,49 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from snapops.formats.errors import SnapopsError
 from snapops.formats.integrity import crc32c
 
-from .lifecycle import EVENTS, Generation, IllegalTransition
+from .lifecycle import DROP_REASONS, EVENTS, PUSHED, SPOOLED, Generation, IllegalTransition
+from .redact import redact_url
+from .safeio import open_regular
 
 log = logging.getLogger("snapops.wal")
 TOKEN = re.compile(r"[A-Za-z0-9._:/+@-]+")
 LINE = re.compile(rb"([A-Z]+) gen=(0|[1-9][0-9]{0,17})((?: [a-z_]+=[A-Za-z0-9._:/+@-]+)*) "
                   rb"crc=([0-9a-f]{8})")
+RECORD_START = re.compile(rb"(?:%s) gen=" % b"|".join(e.encode() for e in EVENTS))
 MAX_LINE = 4096
+READ_CHUNK = 1 << 20
+LOCK_TIMEOUT = 10.0           # seconds an append waits for the WAL lock
+MAX_ERROR_TOKEN = 300         # characters of an error kept in a DROPPED record
+DAEMON_WRITER = "daemon"
+KEPT_REJECTIONS = 200
+
+_UINT = r"0|[1-9][0-9]{0,17}"
+# key -> (value pattern, what it must be): every field any record may carry
+FIELDS: dict[str, tuple[re.Pattern, str]] = {k: (re.compile(v), what) for k, (v, what) in {
+    "t": (r"[0-9]{1,11}(?:\.[0-9]{1,9})?", "unix seconds"),
+    "w": (r"0|[1-9][0-9]{0,5}|" + DAEMON_WRITER, "a writer id (rank or daemon)"),
+    "pid": (r"[1-9][0-9]{0,9}", "a process id"),
+    "writer_pid": (r"[1-9][0-9]{0,9}", "a process id"),
+    "arrays": (r"0|[1-9][0-9]{0,6}", "an array count"),
+    "bytes": (_UINT, "a byte count"),
+    "by": (_UINT, "a generation"),
+    "file": (r"gen-[0-9]{12,18}(?:-[a-z0-9]{1,16})?\.spool", "a spool file name"),
+    "reason": ("|".join(DROP_REASONS), "a drop reason"),
+    "error": (r"[A-Za-z0-9._:/+@-]{1,%d}" % MAX_ERROR_TOKEN, "an error token"),
+    "merkle": (r"[0-9a-f]{64}", "a merkle hex digest"),
+    "commit": (r"[0-9a-f]{40}|[0-9a-f]{64}", "a commit id"),
+    "tag": (r"[A-Za-z0-9._-]{1,100}/gen-[0-9]{6,18}", "a generation tag"),
+    "remote": (r"[A-Za-z0-9._-]{1,100}", "a remote name"),
+    "recovered": (r"1", "1"),
+}.items()}
+REQUIRED = {SPOOLED: ("file",), PUSHED: ("remote",)}
+
+
+class WalError(SnapopsError, OSError):
+    """The WAL cannot be opened or appended to (not a regular file, lock timeout, disk full)."""
 
 
 @dataclass(frozen=True)
@@ -50,19 +100,88 @@ def format_record(event: str, gen: int, fields: dict[str, object]) -> bytes:
     return body + b" crc=%08x\n" % crc32c(body)
 
 
-class Wal:
-    """Appender. Thread-safe; safe to share the file with another process."""
+def error_token(exc: BaseException | str) -> str:
+    """An error message as one WAL token: URLs redacted, runs of other characters made
+    ``_``, bounded.
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    >>> error_token("[order] gen 3 <= 5")
+    'order_gen_3_5'
+    """
+    text = re.sub(r"[^A-Za-z0-9._:/+@-]+", "_", redact_url(str(exc))).strip("_")
+    return (text or "unknown")[:MAX_ERROR_TOKEN]
+
+
+def check_fields(event: str, fields: dict[str, str]) -> str | None:
+    """Why a record's fields are malformed, or None; every key known, every value bounded."""
+    for key, value in fields.items():
+        rule = FIELDS.get(key)
+        if rule is None:
+            return f"unknown field {key}="
+        if not rule[0].fullmatch(value):
+            return f"{key}={value[:40]} is not {rule[1]}"
+    for key in REQUIRED.get(event, ()):
+        if key not in fields:
+            return f"{event} without {key}="
+    return None
+
+
+class Wal:
+    """Appender for writer ``writer`` (see the module docstring). Thread-safe; safe to share
+    the file with other processes that append through this class."""
+
+    def __init__(self, path: str | os.PathLike, *, writer: str = "0") -> None:
         self.path = Path(path)
+        self.writer = writer
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self._fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        except OSError as exc:
+            raise WalError(f"cannot open the WAL {self.path}: {exc.strerror or exc}") from exc
         self._lock = threading.Lock()
 
     def append(self, event: str, gen: int, **fields: object) -> None:
-        line = format_record(event, gen, {"t": f"{time.time():.6f}", **fields})
+        """Append one record, whole or not at all; raises WalError if it cannot."""
+        line = format_record(event, gen, {"t": f"{time.time():.6f}", "w": self.writer,
+                                          **fields})
         with self._lock:
-            os.write(self._fd, line)
+            if self._fd < 0:
+                raise WalError(f"the WAL {self.path} is closed")
+            self._lock_file()
+            try:
+                self._append_locked(line)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _lock_file(self) -> None:
+        deadline, pause = time.monotonic() + LOCK_TIMEOUT, 0.0005
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise WalError(f"the WAL {self.path} stayed locked for {LOCK_TIMEOUT:.0f}s")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
+
+    def _append_locked(self, line: bytes) -> None:
+        start = os.fstat(self._fd).st_size
+        if start and os.pread(self._fd, 1, start - 1) != b"\n":
+            line = b"\n" + line  # seal a torn tail left by a killed writer
+        view, written = memoryview(line), 0
+        try:
+            while written < len(line):
+                n = os.write(self._fd, view[written:])
+                if n <= 0:
+                    raise OSError(f"write returned {n}")
+                written += n
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass  # the next appender seals the fragment (step 1)
+            raise WalError(f"cannot append to the WAL {self.path}: {exc.strerror or exc}") \
+                from exc
 
     def sync(self) -> None:
         os.fdatasync(self._fd)
@@ -82,64 +201,134 @@ def parse_line(line: bytes, line_no: int) -> Record | None:
     if crc32c(body) != int(m.group(4), 16):
         return None
     fields = dict(item.split("=", 1) for item in m.group(3).decode("ascii").split())
+    if len(fields) != m.group(3).count(b" "):  # a key given twice
+        return None
     return Record(m.group(1).decode("ascii"), int(m.group(2)), fields, line_no)
 
 
+def parse_resync(line: bytes, line_no: int) -> tuple[Record | None, bytes]:
+    """The record in ``line`` (also after leading garbage) and the garbage skipped."""
+    if len(line) > MAX_LINE:
+        return None, line
+    record = parse_line(line, line_no)
+    if record is not None:
+        return record, b""
+    for m in RECORD_START.finditer(line, 1):
+        record = parse_line(line[m.start():], line_no)
+        if record is not None:
+            return record, line[:m.start()]
+    return None, line
+
+
 class WalReader:
-    """Incremental reader: ``read_new()`` returns the complete records added since last time."""
+    """Incremental reader: ``read_new()`` returns the complete records added since last time.
+
+    ``bad`` lists (line number, start of the text) of corrupt lines; ``problem`` says why the
+    WAL could not be read at all (not a regular file, ...), or is None.
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.offset = 0
         self.line_no = 0
         self.bad: list[tuple[int, str]] = []
+        self.problem: str | None = None
 
     def read_new(self) -> list[Record]:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            fd = open_regular(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return []
-        end = data.rfind(b"\n") + 1      # a torn last line waits for its LF
-        records = []
-        for raw in data[:end].split(b"\n")[:-1]:
-            self.line_no += 1
-            record = parse_line(raw, self.line_no) if len(raw) <= MAX_LINE else None
-            if record is None:
-                self.bad.append((self.line_no, raw[:80].decode("ascii", "replace")))
-                log.error("wal %s:%d: skipping corrupt record %r", self.path, self.line_no,
-                          raw[:80])
-                continue
-            records.append(record)
-        self.offset += end
+        except OSError as exc:
+            self._report_problem(f"cannot read the WAL {self.path}: {exc.strerror or exc}")
+            return []
+        self._report_problem(None)
+        records: list[Record] = []
+        try:
+            while self._read_chunk(fd, records):
+                pass
+        finally:
+            os.close(fd)
         return records
+
+    def _read_chunk(self, fd: int, records: list[Record]) -> bool:
+        """Parse the complete lines of the next chunk; False when nothing more is complete."""
+        data = os.pread(fd, READ_CHUNK, self.offset)
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            if len(data) <= MAX_LINE:
+                return False  # a torn last line waits for its LF
+            end = len(data)   # no record is that long: skip the garbage
+        lines = data[:end].split(b"\n")
+        if data[end - 1:end] == b"\n":
+            lines.pop()
+        for raw in lines:
+            self.line_no += 1
+            record, garbage = parse_resync(raw, self.line_no)
+            if garbage:
+                self._bad(garbage)
+            if record is not None:
+                records.append(record)
+        self.offset += end
+        return True
+
+    def _bad(self, raw: bytes) -> None:
+        self.bad.append((self.line_no, raw[:80].decode("ascii", "replace")))
+        del self.bad[:-KEPT_REJECTIONS]
+        log.error("wal %s:%d: skipping corrupt record %r", self.path, self.line_no, raw[:80])
+
+    def _report_problem(self, problem: str | None) -> None:
+        if problem is not None and problem != self.problem:
+            log.error("%s", problem)
+        self.problem = problem
 
 
 class WalState:
-    """Generations folded from records through the transition table."""
+    """Generations folded from records through the transition table.
 
-    def __init__(self) -> None:
+    Records of writers not in ``writers`` (nor the daemon) are rejected, as are illegal
+    transitions: logged, counted and kept (the last few) in ``rejected``. A record with a
+    malformed field still moves its generation, which is marked with ``problem`` (the daemon
+    then drops it as ``bad_record``); its fields are not merged.
+    """
+
+    def __init__(self, writers: frozenset[str] = frozenset({"0"})) -> None:
+        self.writers = writers | {DAEMON_WRITER}
         self.gens: dict[int, Generation] = {}
-        self.rejected: list[tuple[Record, str]] = []
+        self.rejected: collections.deque[tuple[Record, str]] = collections.deque(
+            maxlen=KEPT_REJECTIONS)
+        self.rejected_total = 0
 
     def apply(self, record: Record) -> Generation | None:
-        gen = self.gens.setdefault(record.gen, Generation(record.gen))
+        writer = record.fields.get("w")
+        if writer is not None and writer not in self.writers:
+            return self._reject(record, f"writer {writer[:20]} may not write to this spool")
+        problem = check_fields(record.event, record.fields)
+        gen = self.gens.get(record.gen) or Generation(record.gen)
         try:
-            gen.apply(record.event, record.fields)
+            gen.apply(record.event, {} if problem else record.fields)
         except IllegalTransition as exc:
-            self.rejected.append((record, str(exc)))
-            log.error("wal line %d: %s; record ignored", record.line_no, exc)
-            return None
+            return self._reject(record, str(exc))
+        if problem and gen.problem is None:
+            gen.problem = f"line {record.line_no}: {problem}"
+            log.error("wal line %d: gen %d: %s", record.line_no, record.gen, problem)
+        self.gens[record.gen] = gen
         return gen
+
+    def _reject(self, record: Record, why: str) -> None:
+        self.rejected.append((record, why))
+        self.rejected_total += 1
+        log.error("wal line %d: %s; record ignored", record.line_no, why)
+        return None
 
     def in_state(self, *states: str) -> list[Generation]:
         return sorted((g for g in self.gens.values() if g.state in states), key=lambda g: g.gen)
 
 
-def replay(path: str | os.PathLike) -> tuple[WalState, WalReader]:
+def replay(path: str | os.PathLike, writers: frozenset[str] = frozenset({"0"})
+           ) -> tuple[WalState, WalReader]:
     reader = WalReader(path)
-    state = WalState()
+    state = WalState(writers)
     for record in reader.read_new():
         state.apply(record)
     return state, reader

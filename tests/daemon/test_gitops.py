@@ -363,7 +363,7 @@ def test_password_is_redacted_from_errors(repo):
     url = "http://user:s3cret@127.0.0.1:1/x.git"
     with pytest.raises(PushError) as info:
         repo.push(url, ["r/gen-000001"], timeout=30)
-    assert "s3cret" not in str(info.value) and "user:***@127.0.0.1:1" in str(info.value)
+    assert "s3cret" not in str(info.value) and "//***@127.0.0.1:1" in str(info.value)
     assert redact_url("ssh://git@host/x") == "ssh://git@host/x"
     assert redact_url("/srv/x.git") == "/srv/x.git"
 
