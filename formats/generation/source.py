@@ -1,0 +1,190 @@
+"""Where a generation's files come from: a folder on disk, or a commit's tree in a git repository.
+
+Both sources answer the same questions: which entries lie under a folder (with their kind and
+size, read without opening anything), the bytes of a small file (bounded), and a regular file on
+disk holding exactly a given entry's bytes (for verifiers and readers that map files). Every
+path is untrusted: :func:`safe_relpath` rejects absolute paths, ``..``, ``.git`` components and
+anything that is not a plain relative POSIX path before a single byte is read or written, and a
+git source materialises blobs only inside its scratch folder, only after checking their size.
+
+>>> src = FolderSource("repo")
+>>> sorted(src.entries("snapshots/run1"))
+['snapshots/run1/MANIFEST', 'snapshots/run1/shards/0000.wtxt']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from snapops.formats.errors import FormatError, LimitError
+
+DEFAULT_MAX_BLOB = 4 << 30
+READ_BLOCK = 1 << 20
+FILE, SYMLINK, GITLINK, OTHER = "file", "symlink", "gitlink", "other"
+
+
+def safe_relpath(path: str) -> str:
+    """``path`` if it is a plain relative POSIX path inside its root; FormatError otherwise."""
+    parts = path.split("/")
+    bad = (not path or path.startswith("/") or "\\" in path or "\0" in path
+           or any(p in ("", ".", "..") for p in parts)
+           or any(p.lower().rstrip(". ") in (".git", "git~1") for p in parts))
+    if bad:
+        raise FormatError("unsafe path in the tree", path=path, check="path",
+                          expected="a relative path without '', '.', '..' or .git components",
+                          got=path[:120])
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str               # relative to the repository root
+    kind: str               # file | symlink | gitlink | other
+    size: int | None = None
+    oid: str | None = None  # git blob id (git sources)
+
+
+class Source(Protocol):
+    label: str
+
+    def entries(self, folder: str) -> dict[str, Entry]: ...
+
+    def read(self, path: str, limit: int) -> bytes: ...
+
+    def file(self, path: str) -> contextlib.AbstractContextManager[Path]: ...
+
+
+class FolderSource:
+    """A work tree (or any folder) on disk. Symlinks are reported, never followed."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        self.label = f"folder {self.root}"
+
+    def entries(self, folder: str) -> dict[str, Entry]:
+        base = self.root / safe_relpath(folder)
+        found: dict[str, Entry] = {}
+        if not base.is_dir() or base.is_symlink():
+            return found
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+                rel = f"{rel_dir}/{name}"
+                info = os.lstat(self.root / rel)
+                kind = FILE if stat.S_ISREG(info.st_mode) else \
+                    SYMLINK if stat.S_ISLNK(info.st_mode) else OTHER
+                found[rel] = Entry(rel, kind, info.st_size if kind == FILE else None)
+        return found
+
+    def _open(self, path: str) -> int:
+        try:
+            fd = os.open(self.root / safe_relpath(path), os.O_RDONLY | os.O_NOFOLLOW |
+                         os.O_NONBLOCK)
+        except OSError as exc:
+            raise FormatError(f"cannot open: {exc.strerror}", path=path, check="io") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise FormatError("not a regular file", path=path, check="fileset")
+        return fd
+
+    def read(self, path: str, limit: int) -> bytes:
+        fd = self._open(path)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise LimitError(path=path, expected=f"at most {limit} bytes",
+                                 got=f"{size} bytes")
+            return _read_all(fd, size)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def file(self, path: str) -> Iterator[Path]:
+        os.close(self._open(path))  # regular file, not a symlink
+        yield self.root / path
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    parts, left = [], size
+    while left > 0 and (block := os.read(fd, min(left, READ_BLOCK))):
+        parts.append(block)
+        left -= len(block)
+    return b"".join(parts)
+
+
+class GitTreeSource:
+    """A commit's tree in a repository, read with git plumbing through ``git`` (an object with
+    ``run(*args) -> bytes`` and ``open_blob(oid)``, e.g. :class:`snapops.hooks.gitio.Git`).
+    Blobs are materialised under ``scratch`` (which must exist and be private) only after their
+    path was validated and their size checked against ``max_blob``."""
+
+    def __init__(self, git, commit: str, scratch: str | os.PathLike, *,
+                 max_blob: int = DEFAULT_MAX_BLOB) -> None:
+        self.git, self.commit = git, commit
+        self.scratch = Path(scratch).resolve()
+        self.max_blob = max_blob
+        self.label = f"commit {commit[:12]}"
+        self._entries: dict[str, Entry] = {}
+
+    def entries(self, folder: str) -> dict[str, Entry]:
+        spec = f"{safe_relpath(folder)}/"
+        out = self.git.run("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
+                           f":(literal){spec}")
+        found = {}
+        for record in filter(None, out.split(b"\0")):
+            meta, _, name = record.partition(b"\t")
+            mode, kind, oid, size = meta.decode("ascii", "replace").split()
+            rel = name.decode("utf-8", "surrogateescape")
+            entry_kind = (GITLINK if kind == "commit" else SYMLINK if mode == "120000"
+                          else FILE if mode in ("100644", "100755") else OTHER)
+            found[rel] = Entry(rel, entry_kind, int(size) if size.isdigit() else None, oid)
+        self._entries.update(found)
+        return found
+
+    def _blob(self, path: str) -> Entry:
+        safe_relpath(path)
+        entry = self._entries.get(path)
+        if entry is None:
+            folder = path.rsplit("/", 1)[0] if "/" in path else ""
+            entry = self.entries(folder).get(path) if folder else None
+        if entry is None:
+            raise FormatError("no such file in the tree", path=path, check="fileset",
+                              expected=f"a file in {self.label}", got="nothing")
+        if entry.kind != FILE:
+            raise FormatError(f"not a regular file ({entry.kind})", path=path, check="fileset")
+        if entry.size is not None and entry.size > self.max_blob:
+            raise LimitError("blob larger than the configured limit (snapops.maxBlobSize)",
+                             path=path, expected=f"at most {self.max_blob} bytes",
+                             got=f"{entry.size} bytes")
+        return entry
+
+    def read(self, path: str, limit: int) -> bytes:
+        entry = self._blob(path)
+        if entry.size is not None and entry.size > limit:
+            raise LimitError(path=path, expected=f"at most {limit} bytes",
+                             got=f"{entry.size} bytes")
+        with self.git.open_blob(entry.oid) as stream:
+            data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise LimitError(path=path, expected=f"at most {limit} bytes", got="more")
+        return data
+
+    @contextlib.contextmanager
+    def file(self, path: str) -> Iterator[Path]:
+        entry = self._blob(path)
+        target = (self.scratch / path).resolve()
+        if not target.is_relative_to(self.scratch):
+            raise FormatError("path leaves the scratch folder", path=path, check="path")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self.git.open_blob(entry.oid) as stream, open(target, "xb") as out:
+                while block := stream.read(READ_BLOCK):
+                    out.write(block)
+            yield target
+        finally:
+            target.unlink(missing_ok=True)

@@ -1,0 +1,284 @@
+"""The one generation verifier: everything a sealed generation promises, checked from any source.
+
+The daemon (before it commits), the hooks and CI (on pushed trees), ``snapops verify`` and
+restore all call :func:`verify_generation`. In order, it checks:
+
+1. ``snapshots/<run>/MANIFEST`` is a regular file, MANIFEST v2, canonical, for this run;
+2. its seal: signature by a trusted key, HMAC under the key (as required or as keys allow);
+3. the files under ``snapshots/<run>/`` are exactly those the MANIFEST lists (no missing, no
+   extra), each a regular file (no symlink, no submodule);
+4. every shard: size and SHA-256 of its bytes (the ciphertext for age shards; with an identity
+   the plaintext too), its suffix, its detected format and its declared format agree, its own
+   full verification passes, and its arrays are what the MANIFEST's parts say (name, stored
+   dtype, box shape); companions (WSUM, DELTA) by size and SHA-256;
+5. the chain: ``prev`` names the generation it must follow (``expect_prev``) and gen increases;
+6. the ledger: ``ledger/<run>.ledger`` chains and its last line seals this MANIFEST.
+The first failure is reported as a FormatError naming file, line and check.
+
+>>> report = verify_generation(FolderSource("repo"), "run1", GenerationOptions(trusted_keys="keys/"))
+>>> report.ok, report.details["gen"]
+(True, 12)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snapops.formats.errors import FormatError, SnapopsError
+from snapops.formats.report import Report
+
+from .manifest import MAGIC, MAX_BYTES, Manifest, ShardRecord, parse_manifest
+from .seal import check_seal
+from .source import FILE, Source
+
+AGE_SUFFIX = ".age"
+LEDGER_MAX = 64 << 20
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """What to demand. ``expect_prev``: the MANIFEST bytes this generation must follow (None:
+    it must be the run's first generation; unset: not checked). ``deep``: also run each shard
+    format's own full verification (the sealed SHA-256 already proves the bytes)."""
+
+    trusted_keys: Any = None
+    hmac_key: Any = None
+    require_signature: bool = False
+    require_hmac: bool = False
+    identity: Any = None
+    expect_prev: Any = _UNSET
+    ledger: bool = True
+    deep: bool = True
+    workers: int = 2
+
+
+def run_folder(run: str) -> str:
+    return f"snapshots/{run}"
+
+
+def manifest_path(run: str) -> str:
+    return f"snapshots/{run}/MANIFEST"
+
+
+def ledger_path(run: str) -> str:
+    return f"ledger/{run}.ledger"
+
+
+def read_manifest(source: Source, run: str) -> tuple[bytes, Manifest]:
+    """The MANIFEST's bytes and model; FormatError when absent, too big, v1 or malformed."""
+    path = manifest_path(run)
+    data = source.read(path, MAX_BYTES)
+    if data.startswith(b"SNAPOPS-MANIFEST 1\n"):
+        raise FormatError("a version 1 MANIFEST carries no seal: this generation was written "
+                          "before sealed generations and cannot be verified as one", path=path,
+                          line=1, check="version", expected=MAGIC, got="SNAPOPS-MANIFEST 1")
+    manifest = parse_manifest(data, path)
+    if manifest.header.run != run:
+        raise FormatError("MANIFEST of another run", path=path, line=2, check="manifest",
+                          expected=f"run={run}", got=f"run={manifest.header.run}")
+    return data, manifest
+
+
+def verify_generation(source: Source, run: str,
+                      options: GenerationOptions = GenerationOptions()) -> Report:
+    """Verify generation ``run`` as it is in ``source``; the Report's failure names the first
+    problem, its notes what was not checked, its details gen, keyid, digest and shard count."""
+    report = Report(path=manifest_path(run), format="generation")
+    try:
+        data, manifest = read_manifest(source, run)
+        report.notes += check_seal(manifest, trusted_keys=options.trusted_keys,
+                                   hmac_key=options.hmac_key,
+                                   require_signature=options.require_signature,
+                                   require_hmac=options.require_hmac, path=report.path)
+        report.passed("seal")
+        check_fileset(source, run, manifest)
+        report.passed("fileset")
+        _check_shards(source, run, manifest, options, report)
+        if options.expect_prev is not _UNSET:
+            check_prev(manifest, options.expect_prev, report.path)
+            report.passed("chain")
+        if options.ledger:
+            check_ledger_seal(source, run, manifest, data)
+            report.passed("ledger")
+    except FormatError as exc:
+        return report.fail(exc)
+    except SnapopsError as exc:  # keys, decryption: typed, one line
+        return report.fail(FormatError(str(exc), path=report.path, check="keys"))
+    report.details.update(gen=manifest.header.gen, keyid=manifest.header.keyid,
+                          digest=hashlib.sha256(data).hexdigest(), shards=len(manifest.shards),
+                          store=manifest.header.store)
+    return report
+
+
+def check_fileset(source: Source, run: str, manifest: Manifest) -> None:
+    """Exactly the listed files, each a regular file of the listed size."""
+    folder = run_folder(run)
+    entries = source.entries(folder)
+    listed = {f"{folder}/MANIFEST": None}
+    listed.update({f"{folder}/{s.path}": s.size for s in manifest.shards})
+    listed.update({f"{folder}/{f.path}": f.size for f in manifest.files})
+    for path, entry in sorted(entries.items()):
+        if path not in listed:
+            raise FormatError("a file the MANIFEST does not list", path=path, check="fileset",
+                              expected="only the MANIFEST's files under " + folder,
+                              got=f"an extra {entry.kind}")
+        if entry.kind != FILE:
+            raise FormatError(f"a {entry.kind} where the MANIFEST lists a regular file",
+                              path=path, check="fileset", expected="a regular file",
+                              got=entry.kind)
+        size = listed[path]
+        if size is not None and entry.size is not None and entry.size != size:
+            raise FormatError("file size differs from the MANIFEST", path=path, check="size",
+                              expected=f"{size} bytes", got=f"{entry.size} bytes")
+    for path in sorted(set(listed) - set(entries)):
+        raise FormatError("a file the MANIFEST lists is missing", path=path, check="fileset",
+                          expected="the file", got="nothing")
+
+
+def _check_shards(source: Source, run: str, manifest: Manifest, options: GenerationOptions,
+                  report: Report) -> None:
+    folder = run_folder(run)
+    wsums = {f.of: f for f in manifest.files if f.role == "wsum"}
+    for f in manifest.files:
+        _check_digest(source, f"{folder}/{f.path}", f.size, f.sha256)
+
+    def one(shard: ShardRecord) -> Report:
+        return check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
+
+    with ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="snapops-gen") as pool:
+        for shard_report in pool.map(one, manifest.shards):
+            report.arrays += shard_report.arrays
+            report.raw_bytes += shard_report.raw_bytes
+            report.notes += shard_report.notes
+    report.passed("shards")
+
+
+def _check_digest(source: Source, path: str, size: int, sha256: str) -> None:
+    with source.file(path) as local:
+        _check_file_digest(local, path, size, sha256)
+
+
+def _check_file_digest(local: Path, path: str, size: int, sha256: str) -> None:
+    got_size = os.path.getsize(local)
+    if got_size != size:
+        raise FormatError("file size differs from the MANIFEST", path=path, check="size",
+                          expected=f"{size} bytes", got=f"{got_size} bytes")
+    got = file_sha256(local)
+    if got != sha256:
+        raise FormatError("file bytes do not match the MANIFEST digest", path=path,
+                          check="digest", expected=f"sha256={sha256}", got=f"sha256={got}")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file read in 4 MiB blocks (hashlib releases the GIL)."""
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(4 << 20)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def check_shard(source: Source, folder: str, manifest: Manifest, shard: ShardRecord, wsum,
+                options: GenerationOptions) -> Report:
+    """One shard against its MANIFEST entry; returns its format report (notes, sizes)."""
+    from .shardcheck import check_plain_shard
+
+    path = f"{folder}/{shard.path}"
+    with source.file(path) as local:
+        _check_file_digest(local, path, shard.size, shard.sha256)
+        if not shard.path.endswith(AGE_SUFFIX):
+            wsum_file = f"{folder}/{wsum.path}" if wsum else None
+            with _maybe_file(source, wsum_file) as wsum_local:
+                return check_plain_shard(local, path, manifest, shard, options, wsum_local)
+        if shard.plain_sha256 is None:
+            raise FormatError("age shard without its plaintext digest", path=path,
+                              check="manifest", expected="plain_sha256=<hex64>", got="-")
+        if options.identity is None:
+            return Report(path=path, format="age", notes=[
+                f"{path}: encrypted; checked by its digest only (give --identity to verify "
+                "the content)"])
+        return _check_age(source, local, path, manifest, shard, wsum, folder, options)
+
+
+def _maybe_file(source: Source, path: str | None):
+    return source.file(path) if path else contextlib.nullcontext(None)
+
+
+def _check_age(source, local: Path, path: str, manifest, shard, wsum, folder, options) -> Report:
+    import tempfile
+
+    from snapops.formats.armor import decrypt_file
+
+    from .shardcheck import check_plain_shard
+
+    with tempfile.TemporaryDirectory(prefix="snapops-age-") as tmp:
+        plain = Path(tmp) / Path(shard.path).name.removesuffix(AGE_SUFFIX)
+        decrypt_file(local, plain, options.identity)
+        _check_file_digest(plain, path + " (plaintext)", shard.plain_size, shard.plain_sha256)
+        wsum_plain = None
+        if wsum is not None:
+            wsum_plain = Path(f"{plain}.wsum")
+            with source.file(f"{folder}/{wsum.path}") as armored:
+                decrypt_file(armored, wsum_plain, options.identity)
+        return check_plain_shard(plain, path, manifest, shard, options, wsum_plain)
+
+
+def check_prev(manifest: Manifest, expect_prev: bytes | None, path: str) -> None:
+    """``manifest`` follows the generation whose MANIFEST bytes are ``expect_prev`` (None: it
+    must be the first); gen strictly increases, so an older generation cannot come back."""
+    prev = manifest.prev
+    if expect_prev is None:
+        if prev.gen is not None:
+            raise FormatError("the MANIFEST names a previous generation the history does not "
+                              "have", path=path, line=3, check="chain",
+                              expected="prev gen=- sha256=-",
+                              got=f"prev gen={prev.gen} sha256={prev.sha256}")
+        return
+    before = parse_manifest(expect_prev, "the previous MANIFEST") \
+        if expect_prev.startswith(MAGIC.encode()) else None
+    digest = hashlib.sha256(expect_prev).hexdigest()
+    if prev.sha256 != digest:
+        raise FormatError("the MANIFEST does not chain to the generation before it (rollback, "
+                          "replay or a forged history)", path=path, line=3, check="chain",
+                          expected=f"prev sha256={digest}", got=f"prev sha256={prev.sha256}")
+    if before is not None and not (prev.gen == before.header.gen < manifest.header.gen):
+        raise FormatError("gen must increase over the previous generation", path=path, line=2,
+                          check="order", expected=f"gen > {before.header.gen}",
+                          got=f"gen {manifest.header.gen}")
+
+
+def check_ledger_seal(source: Source, run: str, manifest: Manifest, data: bytes) -> None:
+    """The run's ledger chains, and its last line seals exactly this MANIFEST."""
+    from snapops.daemon.ledger import check_link, iter_lines
+
+    path = ledger_path(run)
+    raw = source.read(path, LEDGER_MAX)
+    prev = last = None
+    for rec in iter_lines(io.BytesIO(raw), path):
+        problem = check_link(rec, prev)
+        if problem is not None:
+            raise problem.located(path)
+        prev = last = rec
+    if last is None:
+        raise FormatError("the ledger is empty", path=path, check="ledger",
+                          expected="a line for this generation", got="no lines")
+    e, h = last.entry, manifest.header
+    want = {"path": manifest_path(run), "format": "manifest",
+            "sha256_all": hashlib.sha256(data).hexdigest(), "gen": h.gen, "ts": h.ts,
+            "build": h.build, "keyid": h.keyid}
+    for key, value in want.items():
+        if getattr(e, key) != value:
+            raise FormatError("the ledger's last line does not seal this MANIFEST", path=path,
+                              line=last.line_no, check="ledger", expected=f"{key}={value}",
+                              got=f"{key}={getattr(e, key)}")
+

@@ -1,0 +1,295 @@
+"""Write one generation into a repository folder: shard files, companions, a sealed MANIFEST v2.
+
+Deterministic given the arrays, the spec, the keys and the previous MANIFEST, so a crashed
+writer simply runs again. Shards whose arrays did not change are not rewritten (their records
+are carried over); every file is written atomically; the MANIFEST is written last, so a folder
+whose MANIFEST names a file always has that file. Committing (and the ledger line) is the
+caller's business.
+
+>>> written = write_generation(Path("repo"), GenerationSpec(run="run1", format="aero"), 1,
+...                            "2026-01-02T03:04:05Z", {"w": np.ones((4, 4), np.float32)})
+>>> written.manifest.header.gen, written.paths[-1]
+(1, 'snapshots/run1/MANIFEST')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.errors import DataError, FormatError
+from snapops.formats.model import Snapshot
+from snapops.formats.registry import handler
+
+from .dtypes import dtype_name, same_width_unsigned
+from .manifest import (
+    ArrayRecord, FileRecord, Header, Manifest, Part, Prev, ShardRecord, gen_text, parse_manifest,
+    valid_run,
+)
+from .plan import content_digest, piece_array, plan_shards
+from .seal import seal_manifest
+from .stats import array_stats
+from .verify import AGE_SUFFIX, file_sha256
+
+log = logging.getLogger("snapops.generation")
+
+EXTENSIONS = {"wtxt": ".wtxt", "fold": ".fold", "aero": ".aero", "pycauset": ".pycauset",
+              "finf": ".finf"}
+# dtypes each shard format stores as they are; anything else is stored as the same-width
+# unsigned integer and the MANIFEST records the logical dtype
+NATIVE = {
+    "wtxt": {"f64", "f32", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"},
+    "finf": {"f64", "f32", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"},
+    "fold": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8",
+             "bool", "c64", "c128"},
+    "aero": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8",
+             "bool"},
+    "pycauset": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8",
+                 "u8", "bool", "c64", "c128"},
+}
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """How a run's generations are written (the daemon builds this from its config)."""
+
+    run: str
+    format: str = "wtxt"
+    shard_max: int = 32 << 20
+    streaming_threshold: int = 1 << 30
+    delta: bool = False
+    build: str = "unknown"
+    wtxt: dict = field(default_factory=dict)   # schema, host, cuda, row_blocking, rows_per_chunk
+    sign_key: object = None
+    hmac_key: bytes | None = None
+    recipients: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Written:
+    manifest: Manifest
+    data: bytes                # the MANIFEST's exact bytes
+    paths: list[str]           # repo-relative paths that changed (to stage), MANIFEST last
+    dense: list[str]           # rewritten WTXT shards where most chunks changed
+
+
+def write_generation(root: Path, spec: GenerationSpec, gen: int, ts: str,
+                     arrays: dict[str, np.ndarray], previous: bytes | None = None) -> Written:
+    """Write generation ``gen`` of ``spec.run`` under ``root``; ``previous`` is the last
+    committed MANIFEST (reuse, per-path chains and ``prev``)."""
+    if not valid_run(spec.run):
+        raise DataError(f"run name {spec.run!r} is not usable in paths and tags")
+    if spec.format not in EXTENSIONS:
+        raise DataError(f"format {spec.format!r}: expected one of {', '.join(EXTENSIONS)}")
+    base = parse_manifest(previous, "previous MANIFEST") if previous else None
+    folder = root / "snapshots" / spec.run
+    keys = _shard_keys(arrays, spec.format)
+    stored = {n: _stored(a, spec.format) for n, a in arrays.items()}
+    manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format),
+                        Prev(base.header.gen, _digest(previous)) if base else Prev())
+    plans = plan_shards(stored, spec.shard_max, EXTENSIONS[spec.format])
+    suffix = AGE_SUFFIX if spec.recipients else ""
+    changed: list[str] = []
+    dense: list[str] = []
+    for plan in plans:
+        data = {keys[p.name]: piece_array(stored, p) for p in plan.pieces}
+        path = plan.path + suffix
+        record, files, share = _shard(folder, path, data, gen, ts, spec, base)
+        manifest.shards.append(record)
+        manifest.files.extend(files)
+        if record.gen == gen:
+            changed += [f"snapshots/{spec.run}/{p}" for p in [path, *(f.path for f in files)]]
+            if share > 0.5:
+                dense.append(f"snapshots/{spec.run}/{path}")
+    manifest.arrays = _array_records(arrays, stored, keys, plans, suffix)
+    changed += _remove_stale(folder, spec.run, base, manifest)
+    sealed = seal_manifest(manifest, spec.sign_key, spec.hmac_key)
+    text = sealed.render()
+    atomic_write_bytes(folder / "MANIFEST", text)
+    return Written(sealed, text, changed + [f"snapshots/{spec.run}/MANIFEST"], dense)
+
+
+def _digest(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def _stored(array: np.ndarray, fmt: str) -> np.ndarray:
+    """The array as the shard format will hold it (a same-width uint view for foreign dtypes)."""
+    name = dtype_name(array.dtype)
+    if name in NATIVE[fmt]:
+        return array
+    if name.startswith("c"):
+        raise DataError(f"{fmt} cannot keep {name} arrays; use fold or pycauset")
+    return np.ascontiguousarray(array).view(same_width_unsigned(array.dtype))
+
+
+def _shard_keys(arrays: dict[str, np.ndarray], fmt: str) -> dict[str, str]:
+    """Each array's name inside its shard. WTXT allows ``[A-Za-z0-9_]+`` only: dots become
+    ``__``, other characters ``_``, clashes get a numeric suffix; the MANIFEST keeps both."""
+    if fmt != "wtxt":
+        return {n: n for n in arrays}
+    keys, used = {}, set()
+    for name in sorted(arrays, key=lambda n: n.encode("utf-8", "surrogatepass")):
+        key = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
+                      for c in name.replace(".", "__")) or "_"
+        candidate, n = key, 1
+        while candidate in used:
+            candidate, n = f"{key}_{n}", n + 1
+        keys[name] = candidate
+        used.add(candidate)
+    return keys
+
+
+def _shard(folder: Path, path: str, data: dict[str, np.ndarray], gen: int, ts: str,
+           spec: GenerationSpec, base: Manifest | None):
+    """Reuse the previous record of ``path`` when its arrays are unchanged; else write it."""
+    content = content_digest(data)
+    prior = base.shard(path) if base else None
+    if prior is not None and prior.content == content and (folder / path).is_file():
+        files = [f for f in base.files if f.of == path]
+        if all((folder / f.path).is_file() for f in files):
+            return prior, files, 0.0
+    return _write_shard(folder, path, data, gen, ts, spec, prior, content)
+
+
+def _write_shard(folder: Path, path: str, data, gen: int, ts: str, spec: GenerationSpec,
+                 prior: ShardRecord | None, content: str):
+    target = folder / path.removesuffix(AGE_SUFFIX)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fresh = target.with_name(f".{target.name}.new")
+    nbytes = sum(a.nbytes for a in data.values())
+    streaming = spec.format == "wtxt" and nbytes > spec.streaming_threshold
+    merkle = _save(fresh, data, gen, ts, spec, prior, streaming)
+    share = _changed_share(target, fresh) if spec.format == "wtxt" and target.exists() else 1.0
+    companions = _companions(target, fresh, spec, streaming)
+    os.replace(fresh, target)
+    record = ShardRecord(path, spec.format, target.stat().st_size, file_sha256(target), gen,
+                         content, merkle)
+    if spec.recipients:
+        record, companions = _armor(target, record, companions, spec.recipients)
+    files = [FileRecord(_rel(folder, p), role, path, p.stat().st_size, file_sha256(p))
+             for role, p in companions]
+    return record, files, share
+
+
+def _save(fresh: Path, data, gen: int, ts: str, spec: GenerationSpec, prior,
+          streaming: bool) -> str | None:
+    """Write the shard file; WTXT shards chain ``merkle_prev`` on their own path."""
+    if spec.format != "wtxt":
+        handler(spec.format).save(Snapshot(data), fresh)
+        return None
+    merkle_prev = prior.merkle_this if prior and prior.merkle_this else None
+    result = handler("wtxt").save(Snapshot(data), fresh, gen=gen, ts=ts, build=spec.build,
+                                  **spec.wtxt, hmac_key=spec.hmac_key, sign_key=spec.sign_key,
+                                  streaming=streaming, merkle_prev=merkle_prev)
+    return result.merkle_this
+
+
+def _companions(target: Path, fresh: Path, spec: GenerationSpec,
+                streaming: bool) -> list[tuple[str, Path]]:
+    """WSUM (streaming) and DELTA v2 (``spec.delta``) files for a rewritten WTXT shard."""
+    found = []
+    wsum, delta = Path(f"{target}.wsum"), target.with_name(target.name + "delta")
+    wsum.unlink(missing_ok=True)
+    delta.unlink(missing_ok=True)
+    if streaming:
+        os.replace(f"{fresh}.wsum", wsum)
+        found.append(("wsum", wsum))
+    if spec.delta and not spec.recipients and not streaming and target.exists():
+        from snapops.formats.wtxt.delta import DeltaMismatch, make_delta
+
+        try:
+            make_delta(target, fresh, delta, hmac_key=spec.hmac_key)
+            found.append(("delta", delta))
+        except DeltaMismatch as exc:  # the layout changed: the full shard is all there is
+            log.info("no delta for %s: %s", target.name, exc)
+    return found
+
+
+def _armor(plain: Path, record: ShardRecord, companions, recipients):
+    """Encrypt the shard and its WSUM with age; the record binds ciphertext and plaintext."""
+    from snapops.formats.armor import encrypt_file
+
+    armored_files = []
+    for role, path in [("shard", plain), *companions]:
+        armored = Path(f"{path}{AGE_SUFFIX}")
+        try:
+            encrypt_file(path, armored, list(recipients))
+        finally:
+            path.unlink(missing_ok=True)
+        armored_files.append((role, armored))
+    shard = armored_files[0][1]
+    record = dataclasses.replace(record, size=shard.stat().st_size, sha256=file_sha256(shard),
+                                 plain_size=record.size, plain_sha256=record.sha256)
+    return record, armored_files[1:]
+
+
+def _rel(folder: Path, path: Path) -> str:
+    return path.relative_to(folder).as_posix()
+
+
+def _changed_share(old: Path, new: Path) -> float:
+    """Share of WTXT chunks whose SHA-256 differs (1.0 when the layouts differ)."""
+    from snapops.formats.wtxt._index import open_index
+    from snapops.formats.wtxt.delta import chunk_sha_pairs
+
+    try:
+        pairs = chunk_sha_pairs(open_index(old), open_index(new), old, new)
+    except (DataError, FormatError):
+        return 1.0
+    return sum(a != b for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def _array_records(arrays, stored, keys, plans, suffix: str) -> list[ArrayRecord]:
+    records = []
+    where: dict[str, list[Part]] = {}
+    for plan in plans:
+        path = plan.path + suffix
+        for piece in plan.pieces:
+            where.setdefault(piece.name, []).append(Part(path, keys[piece.name], piece.box))
+    for name in sorted(arrays, key=lambda n: n.encode("utf-8", "surrogatepass")):
+        logical, kept = dtype_name(arrays[name].dtype), dtype_name(stored[name].dtype)
+        records.append(ArrayRecord(name, logical, tuple(arrays[name].shape),
+                                   kept if kept != logical else None, array_stats(arrays[name]),
+                                   tuple(where[name])))
+    return records
+
+
+def _remove_stale(folder: Path, run: str, base: Manifest | None, manifest: Manifest) -> list[str]:
+    """Delete files of the previous generation that this one no longer lists."""
+    if base is None:
+        return []
+    stale = sorted(set(base.paths()) - set(manifest.paths()))
+    for rel in stale:
+        (folder / rel).unlink(missing_ok=True)
+    return [f"snapshots/{run}/{rel}" for rel in stale]
+
+
+def seal_in_ledger(root: Path, run: str, written: Written) -> str:
+    """Append the generation's ledger line (``format=manifest``) unless a crash left it there
+    already; returns its ``merkle_this``. Another MANIFEST already sealed for this gen fails."""
+    from snapops.daemon.ledger import Ledger, LedgerEntry
+    from snapops.formats.integrity import ZERO_HASH, merkle_link
+
+    h = written.manifest.header
+    ledger = Ledger(root / "ledger" / f"{run}.ledger", root=root)
+    ledger.path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(written.data).hexdigest()
+    gen = gen_text(h.gen)
+    last = ledger.last() if ledger.path.exists() else None
+    if last is not None and last.entry.gen_text == gen:
+        if last.entry.sha256_all != digest:
+            raise DataError(f"the ledger already seals gen {gen} with another MANIFEST")
+        return last.entry.merkle_this
+    prev = last.entry.merkle_this if last else ZERO_HASH
+    merkle = merkle_link(prev, digest, h.ts, gen, h.build)
+    ledger.append(LedgerEntry(h.gen, h.ts, digest, prev, merkle, f"snapshots/{run}/MANIFEST",
+                              "manifest", h.keyid, h.build, gen))
+    return merkle
