@@ -20,8 +20,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = "shared"  # spelled apart so this file does not match what it searches for
 OUTSIDE = rf"\.\./{SHARED}|{SHARED}/(specs|vectors)|/work/{SHARED}"
-# Link targets another change of issue 12 adds; each entry says which and goes when it lands.
-PENDING = {"docs/formats/manifest.md": "the generation MANIFEST page comes with MANIFEST v2"}
 LINK = re.compile(r"!?\[[^\]]*\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
 LINK_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s.*)?$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
@@ -86,8 +84,6 @@ def _link_problem(page: str, target: str, clone: Path, tracked: set[str]) -> str
     rel = os.path.normpath(PurePosixPath(page).parent / path) if path else page
     if rel.startswith("../") or rel == "..":
         return f"{page}: {target} leaves the repository"
-    if rel in PENDING:
-        return None
     folder = rel.rstrip("/") + "/"
     if rel not in tracked and not any(t.startswith(folder) for t in tracked):
         return f"{page}: {target} is not a tracked file or folder"
