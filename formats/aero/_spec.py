@@ -1,8 +1,8 @@
 """AERO v0.1 constants: struct layouts, flags, FourCCs, the dtype enum and the limits table.
 
 Everything a reader or writer needs to agree on lives here, and nothing else does. The values
-follow ``shared/specs/aero-v0.1.md`` and the binding notes in ``binary-canonical.md`` (reference
-implementation: bhuvanprakash/Aero at f1d395d).
+follow the format reference, docs/formats/aero.md (AERO v0.1 as its reference implementation,
+bhuvanprakash/Aero at f1d395d, writes it, with snapops' decisions).
 """
 
 from __future__ import annotations

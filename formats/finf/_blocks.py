@@ -52,7 +52,7 @@ def pack_header(allocated: int, used: int, checksum: int, encoding: str) -> byte
 
 
 def md5_checksum(data) -> int:
-    """First 8 bytes of the MD5 of ``data`` as a big-endian u64 (binary-canonical.md).
+    """First 8 bytes of the MD5 of ``data`` as a big-endian u64 (docs/formats/finf.md).
 
     0 means "unchecked" in the file, so the one-in-2**64 digest that starts with eight zero
     bytes is stored as 0 too and simply goes unchecked.

@@ -58,7 +58,7 @@ def plan_layout(tree_len: int, used: list[int], *, align: int = S.DEFAULT_ALIGN,
     if tree_len:
         first = align_up(end + reserve + S.BLOCK_HEADER_BYTES, align) - S.BLOCK_HEADER_BYTES
     else:
-        first = end          # finf.rst: no tree, no padding
+        first = end          # docs/formats/finf.md: no tree, no padding
     slots, offset = [], first
     for i, n in enumerate(used):
         data_end = offset + S.BLOCK_HEADER_BYTES + n

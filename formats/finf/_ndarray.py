@@ -2,7 +2,7 @@
 
 An entry names where its bytes are (``source``: a block index, or a relative URI in exploded
 form), how to read them (``dtype``, ``byteorder``, ``shape``) and optionally ``offset`` bytes
-into the block. snapops writes ``byteorder`` explicitly (binary-canonical.md); a reader gets a
+into the block. snapops writes ``byteorder`` explicitly (docs/formats/finf.md); a reader gets a
 missing one only for one-byte types, where it means nothing.
 """
 

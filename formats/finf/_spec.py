@@ -1,6 +1,6 @@
 """FINF 0.1.0 constants: header line, tag prefix, block header, dtypes, and snapops' limits.
 
-Where ``finf.rst`` is silent, ``binary-canonical.md`` binds: ``header_size`` is 40 (three u64
+Where FINF 0.1.0 leaves them open, snapops decides (docs/formats/finf.md): ``header_size`` is 40 (three u64
 and a 16-byte encoding field), the checksum is the first 8 bytes of the MD5 of the used bytes
 as a big-endian u64 (0 = unchecked) and the encoding is NUL-padded ASCII ("" raw, "zstd").
 """
@@ -19,7 +19,7 @@ HEADER_RE = re.compile(rb"%FINF ([0-9]+)\.([0-9]+)\.([0-9]+)(\r?\n)")
 MAX_HEADER_LINE = 64
 
 YAML_DIRECTIVE_RE = re.compile(rb"%YAML 1\.1\r?\n")
-# The end of the tree: "..." on its own line (finf.rst gives \r?\n...\r?\n; a tree file may
+# The end of the tree: "..." on its own line (FINF 0.1.0 gives \r?\n...\r?\n; a tree file may
 # also end right after the marker).
 TREE_END_RE = re.compile(rb"\r?\n\.\.\.(?:\r?\n|\Z)")
 

@@ -1,6 +1,6 @@
 """Reed–Solomon ECC for FOLD chunks: ``rs(N)`` over GF(2^8), reedsolo's ``RSCodec(N)`` code.
 
-Layout (binary-canonical.md): the compressed payload is cut into blocks of ``255-N`` bytes; the
+Layout (docs/formats/fold.md, section 4): the compressed payload is cut into blocks of ``255-N`` bytes; the
 ECC region is each block's N parity bytes, concatenated. The code is reedsolo's default one
 (nsize 255, fcr 0, primitive polynomial 0x11d, generator 2), so a block of <= 255-N bytes is
 exactly ``RSCodec(N).encode(block)[-N:]``.

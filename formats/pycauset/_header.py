@@ -3,7 +3,7 @@
 Pure functions of a buffer (the mmap or any bytes) and the file size. A slot is *valid* when its
 CRC32 matches, its offsets are aligned (payload 4096, metadata 16), both regions lie after the
 header and inside the file. The active slot is the valid one with the higher generation; on a
-tie slot A wins (binary-canonical.md; ``pycauset.load`` 0.6.1 agrees). Checks the spec lists
+tie slot A wins (docs/formats/pycauset.md; ``pycauset.load`` 0.6.1 agrees). Checks the spec lists
 as "must be 0" (reserved bytes, the v1 hot region) are applied to the chosen slot only, so
 snapops picks the same slot as the peer and then fails deterministically instead of silently
 falling back to older metadata.

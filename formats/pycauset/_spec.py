@@ -1,7 +1,7 @@
 """PyCauset v1 constants: structs, alignments, metadata tags, dtype tables and snapops' limits.
 
-Everything here comes from ``specs/pycauset.md`` and the PyCauset notes of
-``specs/binary-canonical.md`` (peer: PyPI ``pycauset==0.6.1``), except the limits and the
+Everything here follows the format reference, docs/formats/pycauset.md (peer: PyPI
+``pycauset==0.6.1``), including the limits and the
 ``snapops.arrays/v1`` payload layout, which are snapops' own (see ``_layout``).
 """
 

@@ -1,4 +1,4 @@
-"""Streaming WTXT parser: header, arrays and trailer, with every check of the two spec files.
+"""Streaming WTXT parser: header, arrays and trailer, with every check of docs/formats/wtxt.md.
 
 One code path serves ``verify`` (discard the bytes), ``load`` (keep them) and lazy access.
 """

@@ -3,7 +3,7 @@
 ``make_delta`` compares chunk SHA-256 values of two verified files and copies the target's
 changed chunks verbatim; ``apply_delta`` checks the base's ``sha256_all``, splices, re-derives
 the cap line, verifies the result fully and only then renames it into place, so the result is
-byte-identical to the target or nothing is written. Grammar: wtxt-canonical.md, "DELTA v2".
+byte-identical to the target or nothing is written. Grammar: docs/formats/wtxt-delta.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An independent FOLD builder for tests: straight from fold.md, sharing no code with snapops.
+"""An independent FOLD builder for tests: straight from the FOLD layout (docs/formats/fold.md), sharing no code with snapops.
 
 It writes whatever it is told (sizes, flags, ECC bytes), so tests can forge well-hashed files
 that lie in exactly one place.

@@ -206,7 +206,7 @@ def test_both_loaders_agree():
 # ---- files laid out by others ------------------------------------------------------------------
 
 def test_spec_example_layout_loads(tmp_path):
-    """finf.rst's own example: ``--- !core/finf`` with ``data: !core/ndarray`` at the top."""
+    """FINF 0.1.0's own example: ``--- !core/finf`` with ``data: !core/ndarray`` at the top."""
     data = np.arange(12, dtype="<f8").reshape(3, 4)
     tree = (f"{TAGS}--- !core/finf\ndata: !core/ndarray\n  source: 0\n  dtype: float64\n"
             "  byteorder: little\n  shape: [3, 4]\n...\n")

@@ -1,6 +1,6 @@
 """FOLD interop with the real peer, PyPI ``pyfolds==1.0.2`` (and ``torch``), both directions.
 
-pyfolds 1.0.2's multi-block ECC is broken (binary-canonical.md), so ECC cases use chunks of at
+pyfolds 1.0.2's multi-block ECC is broken (docs/formats/fold.md), so ECC cases use chunks of at
 most 255-N bytes, and one test checks how snapops treats the peer's broken multi-block region.
 """
 

@@ -1,4 +1,4 @@
-"""Byte-for-byte agreement with an independent implementation of the two spec files
+"""Byte-for-byte agreement with an independent implementation of the WTXT format description
 (tests/reference/wtxt_ref.py), on generated states and every writer option."""
 
 from __future__ import annotations

@@ -1,41 +1,28 @@
-"""The independent WTXT reference reproduces and accepts the WTXT test vectors (tests/vectors/wtxt)."""
+"""The independent WTXT reference regenerates, reproduces and accepts the WTXT test vectors
+(tests/vectors/wtxt)."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .wtxt_ref import (
-    RefError, apply_delta, crc32c, make_delta, parse_wtxt, verify_wsum, write_wtxt,
-)
+from .make_vectors import COMMON, INPUTS, VECTORS as VEC, load_inputs
+from .wtxt_ref import RefError, apply_delta, crc32c, parse_wtxt, verify_wsum, write_wtxt
 
-VEC = Path(__file__).resolve().parents[1] / "vectors" / "wtxt"
-COMMON = dict(schema="weights/v1", ts="2026-01-02T03:04:05Z", build="vec1", host="cpu", cuda="off")
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _read(name: str) -> bytes:
     return (VEC / name).read_bytes()
 
 
-def _npz(name: str) -> dict[str, np.ndarray]:
-    with np.load(VEC / name) as z:
-        return {k: z[k] for k in z.files}
-
-
 @pytest.fixture(scope="module")
 def keys():
-    return {"hmac": bytes.fromhex(_read("test-hmac.key").decode("ascii").strip()),
-            "sign": _read("test-signing.key"), "pub": _read("test-signing.pub")}
-
-
-def _g1_merkle() -> str:
-    return parse_wtxt(_read("g1-sealed.wtxt"))["root"]["merkle_this"]
-
-
-def _sealed(keys, gen: int, **extra) -> bytes:
-    return write_wtxt(_npz(f"g{gen}.npz"), gen=gen, row_blocking=True, hmac_key=keys["hmac"],
-                      sign_key_pem=keys["sign"], audit=f'note="vector g{gen}"', **COMMON, **extra)
+    return load_inputs(VEC)
 
 
 def _flip(data: bytes, pos: int, new: bytes) -> bytes:
@@ -47,35 +34,36 @@ def test_crc32c_check_value():
     assert crc32c(b"") == 0
 
 
-def test_g1_plain_reproduced():
-    assert write_wtxt(_npz("g1.npz"), gen=1, **COMMON) == _read("g1-plain.wtxt")
+def test_make_vectors_regenerates_every_committed_vector(tmp_path):
+    """``python -m tests.reference.make_vectors OUTDIR`` as the vectors' README says."""
+    done = subprocess.run([sys.executable, "-m", "tests.reference.make_vectors", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    committed = sorted(p.name for p in VEC.iterdir() if p.name != "README.md")
+    assert sorted(p.name for p in tmp_path.iterdir()) == committed
+    for name in committed:
+        assert (tmp_path / name).read_bytes() == _read(name), name
+    assert set(INPUTS) < set(committed)
 
 
-def test_g1_sealed_reproduced(keys):
-    assert _sealed(keys, 1) == _read("g1-sealed.wtxt")
+def test_make_vectors_refuses_a_folder_without_inputs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tests.reference.make_vectors",
+                           str(tmp_path / "out"), "--inputs", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("make_vectors: error:") and "g1.npz" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
-def test_g2_sealed_reproduced(keys):
-    assert _sealed(keys, 2, merkle_prev=_g1_merkle()) == _read("g2-sealed.wtxt")
-
-
-def test_delta_reproduced_and_applies():
-    g1, g2, delta = _read("g1-sealed.wtxt"), _read("g2-sealed.wtxt"), _read("g1-to-g2.wtxtdelta")
-    assert make_delta(g1, g2) == delta
-    assert apply_delta(g1, delta) == g2
-
-
-def test_stream_reproduced(keys):
-    wtxt, wsum = write_wtxt(_npz("g2.npz"), gen=2, streaming=True, sign_key_pem=keys["sign"],
-                            rows_per_chunk=4, merkle_prev=_g1_merkle(), **COMMON)
-    assert wtxt == _read("g2-stream.wtxt")
-    assert wsum == _read("g2-stream.wtxt.wsum")
+def test_delta_vector_applies_to_g2():
+    assert apply_delta(_read("g1-sealed.wtxt"), _read("g1-to-g2.wtxtdelta")) == \
+        _read("g2-sealed.wtxt")
 
 
 def test_parse_accepts_vectors(keys):
     plain = parse_wtxt(_read("g1-plain.wtxt"))
     assert plain["signature"] == "absent" and len(plain["unauthenticated"]) == 6
-    g1 = _npz("g1.npz")
+    g1 = keys["g1"]
     for name in ("g1-sealed.wtxt", "g2-sealed.wtxt"):
         got = parse_wtxt(_read(name), hmac_key=keys["hmac"], public_key_pem=keys["pub"])
         assert got["signature"] == "verified" and got["unauthenticated"] == []
@@ -92,10 +80,10 @@ def test_verify_wsum_accepts_stream_pair(keys):
 
 
 def test_stream_needs_wsum_and_wsum_needs_stream():
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^wsum \(line") as e:
         parse_wtxt(_read("g2-stream.wtxt"))
     assert e.value.check == "wsum"
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^wsum \(line") as e:
         verify_wsum(_read("g1-plain.wtxt"), _read("g2-stream.wtxt.wsum"), None)
     assert e.value.check == "wsum"
 
@@ -108,11 +96,11 @@ def test_flipped_base64_char_is_parity_or_crc():
     old = data[pos]
     # different low nibble -> the line's parity nibble no longer matches
     new = b"0" if (old ^ ord("0")) & 0xF else b"1"
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^parity \(line") as e:
         parse_wtxt(_flip(data, pos, new))
     assert (e.value.check, e.value.line_no) == ("parity", line_no)
     # swapping case keeps the low nibble: parity passes, crc32c on the ch line catches it
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^crc32c \(line") as e:
         parse_wtxt(_flip(data, pos, bytes([old ^ 0x20])))
     assert (e.value.check, e.value.line_no) == ("crc32c", 6)
 
@@ -120,7 +108,7 @@ def test_flipped_base64_char_is_parity_or_crc():
 def test_changed_merkle_prev_is_merkle_failure():
     data = _read("g1-plain.wtxt")
     bad = data.replace(b"merkle_prev=" + b"0" * 64, b"merkle_prev=" + b"1" * 64, 1)
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^merkle \(line") as e:
         parse_wtxt(bad)
     assert (e.value.check, e.value.line_no) == ("merkle", 4)
 
@@ -131,7 +119,7 @@ def test_noncanonical_padding_rejected():
     assert b"\nQQ== 0\n" in good  # Q^Q^=^= = 0
     bad = good.replace(b"\nQQ== 0\n", b"\nQR== 3\n")  # Q^R = 0x51^0x52 = 3
     assert base64.b64decode(b"QR==") == b"A"
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^base64 \(line") as e:
         parse_wtxt(bad)
     assert e.value.check == "base64"
 
@@ -144,26 +132,26 @@ def test_noncanonical_signature_base64_rejected():
     last = alphabet[alphabet.index(sig[-3]) + 1:][:1]
     bad_sig = sig[:-3] + last + b"=="
     assert base64.b64decode(bad_sig) == base64.b64decode(sig)
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^signature \(line") as e:
         parse_wtxt(data.replace(sig, bad_sig))
     assert e.value.check == "signature"
 
 
 def test_wrong_hmac_key_and_wrong_public_key(keys):
     data = _read("g1-sealed.wtxt")
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^hmac \(line") as e:
         parse_wtxt(data, hmac_key=b"\x01" * 32)
     assert e.value.check == "hmac"
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^hmac \(line") as e:
         parse_wtxt(_read("g1-plain.wtxt"), hmac_key=keys["hmac"])
     assert e.value.check == "hmac"
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^signature \(line") as e:
         parse_wtxt(_read("g1-plain.wtxt"), public_key_pem=keys["pub"])
     assert e.value.check == "signature"
 
 
 def test_delta_for_wrong_base_rejected():
-    with pytest.raises(RefError) as e:
+    with pytest.raises(RefError, match=r"^sha256_all \(line") as e:
         apply_delta(_read("g1-plain.wtxt"), _read("g1-to-g2.wtxtdelta"))
     assert e.value.check == "sha256_all"
 
@@ -173,7 +161,7 @@ def test_delta_for_wrong_base_rejected():
     {"c": np.zeros(2, dtype=np.complex64)}, {"layer.0.weight": np.zeros(2)},
 ])
 def test_writer_refuses_unsupported(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^array (name |'[a-z]+': unsupported dtype)"):
         write_wtxt(bad, gen=1, **COMMON)
 
 

@@ -1,7 +1,9 @@
-"""Independent reference implementation of WTXT v1.1 (+ canonical form page).
+"""Independent reference implementation of WTXT 1.1 with its canonical decisions.
 
-Test-only.  Written from /work/shared/specs/wtxt-v1.1.md and wtxt-canonical.md
-without looking at the main implementation.  Plain and slow on purpose.
+Test-only.  Written from the WTXT 1.1 format description and its canonical decisions
+(restated in docs/formats/wtxt.md, wtxt-delta.md and wsum.md) without looking at the main
+implementation.  Plain and slow on purpose.  ``python -m tests.reference.make_vectors OUTDIR``
+regenerates the test vectors with it.
 
 Public API: write_wtxt, parse_wtxt, make_delta, apply_delta, verify_wsum,
 crc32c, RefError.
