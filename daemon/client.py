@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import remove_leftover_temps
@@ -98,7 +99,10 @@ def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[
                 bf16.add(name)
             continue
         array = np.asarray(value)
-        if array.dtype.hasobject or array.dtype.kind not in "biuf":
+        if array.dtype == ml_dtypes.bfloat16:  # travels as its bits, flagged in the spool
+            array = array.view(np.uint16)
+            bf16.add(name)
+        elif array.dtype.hasobject or array.dtype.kind not in "biuf":
             raise DataError(f"array {name!r}: dtype {array.dtype} cannot be snapshotted")
         sources[name] = array
     layout = tuple((n, a.shape, _le(a.dtype).str) for n, a in sources.items())

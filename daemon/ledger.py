@@ -372,15 +372,16 @@ MAX_MANIFEST = 64 << 20
 
 
 def manifest_values(data: bytes, rec: LedgerLine, path: str) -> dict[str, str | None]:
-    """Sealing values of a daemon MANIFEST (``format=manifest``): its gen, ts and build, and
-    SHA-256 of its bytes as sha256_all; the merkle values live only in the ledger line."""
-    from .generation import manifest_digest, parse_manifest
+    """Sealing values of a generation MANIFEST (``format=manifest``): gen, ts, build and the
+    signer's keyid from its header, SHA-256 of its exact bytes as sha256_all; the merkle values
+    live only in the ledger line."""
+    from snapops.formats.generation import gen_text, parse_manifest
 
-    manifest = parse_manifest(data, path)
+    header = parse_manifest(data, path).header
     e = rec.entry
-    return {"gen": manifest.gen, "ts": manifest.ts, "build": manifest.build,
-            "sha256_all": manifest_digest(data), "merkle_prev": e.merkle_prev,
-            "merkle_this": e.merkle_this, "keyid": e.keyid}
+    return {"gen": gen_text(header.gen), "ts": header.ts, "build": header.build,
+            "sha256_all": hashlib.sha256(data).hexdigest(), "merkle_prev": e.merkle_prev,
+            "merkle_this": e.merkle_this, "keyid": header.keyid}
 
 
 def compare_entry(rec: LedgerLine, values: dict, where: str) -> LedgerError | None:

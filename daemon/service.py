@@ -242,6 +242,12 @@ class Daemon:
             raise
 
     def _commit(self, gen: int, meta: dict, arrays: dict) -> tuple[str, str]:
+        tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
+        done = self.repo.tag_commit(tag)
+        if done is not None:  # committed before a crash took the COMMITTED record with it:
+            # serializing again would chain the generation to itself
+            self._record(COMMITTED, gen, commit=done, tag=tag)
+            return done, tag
         restore_paths(self.repo_dir, self.config.repo.branch,
                       [run_dir(self.config), ledger_path(self.config)])
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
@@ -250,7 +256,6 @@ class Daemon:
                                        self.sealing, previous)
         if self.state.gens[gen].state == SPOOLED:
             self._record(SERIALIZED, gen, merkle=written.merkle_this)
-        tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "
                    f"merkle_this={written.merkle_this}")
         commit = self.repo.commit_generation(written.paths, message, tag)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import atomic_write
@@ -160,7 +161,8 @@ class Spool:
                 raise FormatError(path=self.path, offset=self.data_start + e.offset,
                                   check="crc32c", expected=f"crc32c {e.crc:08x} for {e.name}",
                                   got=f"{crc32c(view):08x}")
-            out[e.name] = np.frombuffer(view, np.dtype(e.dtype)).reshape(e.shape)
+            array = np.frombuffer(view, np.dtype(e.dtype)).reshape(e.shape)
+            out[e.name] = array.view(ml_dtypes.bfloat16) if e.bf16 else array
         return out
 
     def close(self) -> None:

@@ -150,7 +150,9 @@ def _as_numpy(value) -> np.ndarray:
 def verify_remote(work: Path, config, requested: dict[int, dict], out=print) -> int:
     """Clone the remote and verify every generation's commit: shards, MANIFEST, ledger,
     signatures, HMACs, and the arrays against what training requested."""
-    from snapops.daemon.checkout import load_generation, verify_generation
+    from snapops.formats.generation.load import load_from_source
+    from snapops.formats.generation.source import FolderSource
+    from snapops.formats.generation.verify import GenerationOptions, verify_generation
 
     run = config.snapshot.run
     failures = 0
@@ -162,16 +164,17 @@ def verify_remote(work: Path, config, requested: dict[int, dict], out=print) -> 
         for tag in sorted(tags):
             gen = int(tag.rsplit("-", 1)[1])
             subprocess.run(["git", "-C", str(clone), "checkout", "-q", tag], check=True)
-            report = verify_generation(clone, run, hmac_key=work / "keys" / "hmac.key",
-                                       trusted_keys=[work / "keys" / "signing.pub"])
+            report = verify_generation(FolderSource(clone), run, GenerationOptions(
+                hmac_key=work / "keys" / "hmac.key", trusted_keys=[work / "keys" / "signing.pub"],
+                require_signature=True, require_hmac=True))
             same = True
             if gen in requested:
-                loaded = load_generation(clone, run)
+                loaded = load_from_source(FolderSource(clone), run, verify=False)
                 same = all(np.array_equal(loaded[k], v) for k, v in requested[gen].items())
             ok = report.ok and same
             failures += not ok
-            detail = (f"{report.details.get('shards')} shards, {report.raw_bytes} bytes, merkle "
-                      f"{report.details.get('merkle_this', '')[:12]}") if report.ok else \
+            detail = (f"{report.details.get('shards')} shards, {report.raw_bytes} bytes, "
+                      f"MANIFEST {report.details.get('digest', '')[:12]}") if report.ok else \
                 str(report.failure)
             out(f"  {tag}: {'verified' if ok else 'FAILED'} ({detail}"
                 f"{'' if same else '; arrays differ from what training requested'})")

@@ -49,9 +49,12 @@ def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dic
             by_shard.setdefault(part.shard, []).append(array)
     out: dict[str, np.ndarray] = {}
     formats = {s.path: s.format for s in manifest.shards}
+    wsums = {f.of: f.path for f in manifest.files if f.role == "wsum"}
+    folder = run_folder(run)
     with tempfile.TemporaryDirectory(prefix="snapops-load-") as tmp:
         for shard_path, records in by_shard.items():
-            with _plain(source, f"{run_folder(run)}/{shard_path}", identity, Path(tmp)) as local:
+            wsum = f"{folder}/{wsums[shard_path]}" if shard_path in wsums else None
+            with _plain(source, f"{folder}/{shard_path}", wsum, identity, Path(tmp)) as local:
                 loaded = _load_shard(local, formats[shard_path])
             for array in records:
                 _place(array, shard_path, loaded, out)
@@ -59,9 +62,13 @@ def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dic
 
 
 @contextlib.contextmanager
-def _plain(source: Source, path: str, identity, tmp: Path):
-    with source.file(path) as local:
+def _plain(source: Source, path: str, wsum: str | None, identity, tmp: Path):
+    """A plaintext file of the shard at ``path``, with its WSUM (if any) beside it."""
+    with source.file(path) as local, \
+            (source.file(wsum) if wsum else contextlib.nullcontext()) as local_wsum:
         if not path.endswith(AGE_SUFFIX):
+            if local_wsum is not None and local_wsum != Path(f"{local}.wsum"):
+                raise FormatError("a WSUM must lie beside its shard", path=wsum, check="fileset")
             yield local
             return
         if identity is None:
@@ -71,10 +78,13 @@ def _plain(source: Source, path: str, identity, tmp: Path):
 
         plain = tmp / Path(path).name.removesuffix(AGE_SUFFIX)
         decrypt_file(local, plain, identity)
+        if local_wsum is not None:
+            decrypt_file(local_wsum, Path(f"{plain}.wsum"), identity)
         try:
             yield plain
         finally:
             plain.unlink(missing_ok=True)
+            Path(f"{plain}.wsum").unlink(missing_ok=True)
 
 
 def _load_shard(local: Path, fmt: str) -> dict[str, np.ndarray]:

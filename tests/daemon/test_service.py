@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from snapops.cli import main
-from snapops.daemon.checkout import load_generation, verify_generation
 from snapops.daemon.lifecycle import DROPPED, PUSHED
 from snapops.daemon.ledger import Ledger
+from snapops.formats.generation.load import load_from_source
+from snapops.formats.generation.source import FolderSource
+from snapops.formats.generation.verify import GenerationOptions, verify_generation
 
 from .daemon_env import DaemonEnv, state_for
 from .gitserve import GitDaemon, git, init_bare
@@ -29,12 +31,13 @@ def verify_remote(env: DaemonEnv, url: str, tmp_path, expected: dict[int, dict])
     tags = env.remote_tags(url)
     for tag in tags:
         git("checkout", "-q", tag, cwd=clone)
-        report = verify_generation(clone, "t", hmac_key=env.keys / "hmac.key",
-                                   trusted_keys=[env.keys / "signing.pub"])
+        options = GenerationOptions(hmac_key=env.keys / "hmac.key",
+                                    trusted_keys=[env.keys / "signing.pub"])
+        report = verify_generation(FolderSource(clone), "t", options)
         assert report.ok, (tag, report.failure)
         gen = int(tag.rsplit("-", 1)[1])
         if gen in expected:
-            loaded = load_generation(clone, "t")
+            loaded = load_from_source(FolderSource(clone), "t", verify=False)
             for name, array in expected[gen].items():
                 assert np.array_equal(loaded[name], array), (tag, name)
     git("checkout", "-q", "main", cwd=clone)
@@ -294,16 +297,16 @@ def test_sealing_options_delta_wsum_age_retention_json_logs(tmp_path):
     finally:
         env.kill()
     files = git("ls-tree", "-r", "--name-only", "main", cwd=bare).split()
-    assert all(f.endswith((".wtxt.age", ".wtxt.age.wsum")) for f in files
+    assert all(f.endswith((".wtxt.age", ".wtxt.wsum.age")) for f in files
                if "/shards/" in f), files
-    assert any(f.endswith(".wsum") for f in files)
+    assert any(f.endswith(".wsum.age") for f in files)
     clone = tmp_path / "clone"
     git("clone", "-q", str(bare), str(clone))
-    report = verify_generation(clone, "t", hmac_key=env.keys / "hmac.key",
-                               trusted_keys=[env.keys / "signing.pub"],
-                               identity=env.keys / "age.key")
+    options = GenerationOptions(hmac_key=env.keys / "hmac.key", identity=env.keys / "age.key",
+                                trusted_keys=[env.keys / "signing.pub"])
+    report = verify_generation(FolderSource(clone), "t", options)
     assert report.ok, report.failure
-    loaded = load_generation(clone, "t", identity=env.keys / "age.key")
+    loaded = load_from_source(FolderSource(clone), "t", options=options)
     assert np.array_equal(loaded["emb.weight"], expected[3]["emb.weight"])
     assert len(list(env.spool.glob("gen-*.spool"))) == 1  # the retention ring
     import json
