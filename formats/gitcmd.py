@@ -1,0 +1,379 @@
+"""The one way snapops runs ``git``: the daemon, the hooks and review all call it.
+
+Every call runs the real ``git`` with the caller's environment plus :data:`GIT_ENV` (never a
+password prompt), in a process group of its own, so that whatever git starts (``pack-objects``,
+``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is killed with it:
+
+* on a wall-clock ``timeout``, on a ``stall`` (no byte on stdout or stderr for that many
+  seconds; ``git push --progress`` prints a line at least every second while bytes move), on
+  any error in the caller, and when a streamed blob is closed early;
+* when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
+  guard process holds the list of live groups and kills them when its pipe from the owner
+  closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
+
+Failures raise :class:`GitError` (or the ``error`` subclass given, e.g. ``PushError``) reading
+``WHERE: git WHAT failed: SUMMARY``, where SUMMARY is the last lines git printed (or how it
+ended), with the ``redact`` replacements applied so no URL secret reaches a log.
+
+>>> run_git(["rev-parse", "--is-inside-work-tree"], cwd="/srv/repo").text
+'true'
+>>> run_git(["push", "--progress", url, "main"], cwd=repo, stall=60, error=PushError,
+...         on_line=print, redact={url: shown})
+Writing objects:  37% (12/32), 1.50 MiB | 1.49 MiB/s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
+
+from .errors import GitError
+
+__all__ = ["GIT_ENV", "GitExit", "GitResult", "children", "invocations", "open_git", "run_git",
+           "summarize"]
+
+log = logging.getLogger(__name__)
+
+# Never wait for a password on a terminal or in a credential-manager dialog.
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+SUMMARY_LINES = 4
+SUMMARY_CHARS = 600
+STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
+_READ = 1 << 16
+
+_counter_lock = threading.Lock()
+_started = 0
+
+
+def invocations() -> int:
+    """How many git processes this process has started (what an idle daemon must not do)."""
+    with _counter_lock:
+        return _started
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """What a finished git printed; ``returncode`` < 0 means killed by that signal."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def text(self) -> str:
+        """stdout decoded (undecodable bytes kept as surrogates), without the final newline."""
+        return self.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+class GitExit(Exception):
+    """How a failed call ended: chained as the ``__cause__`` of every GitError raised here.
+
+    ``reason`` says which limit ended it (a timeout or stall), None when git exited itself.
+    """
+
+    def __init__(self, result: GitResult, reason: str | None = None) -> None:
+        super().__init__(reason or f"exit status {result.returncode}")
+        self.result, self.reason = result, reason
+
+    @property
+    def killed(self) -> bool:
+        """Ended by a signal: it could not clean up (its lock files may be left behind)."""
+        return self.result.returncode < 0
+
+
+class ChildGuard:
+    """Kills every live git process group when its owner dies (see the module docstring).
+
+    ``start()`` spawns the guard (idempotent); ``stop()`` closes its pipe and waits for it.
+    Registration is a line ``+PGID`` / ``-PGID`` on the guard's stdin; EOF means the owner is
+    gone, and the guard then kills what is still registered.
+
+    >>> children.start()
+    >>> run_git(["push", url, "main"], cwd=repo)   # killed with us, whatever happens
+    >>> children.stop()
+    """
+
+    _SCRIPT = (
+        "import os, signal, sys\n"
+        "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_IGN)\n"
+        "groups = set()\n"
+        "for line in sys.stdin:\n"
+        "    (groups.add if line[0] == '+' else groups.discard)(int(line[1:]))\n"
+        "for pgid in groups:\n"
+        "    try:\n"
+        "        os.killpg(pgid, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        pass\n")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                return
+            # Its own process group: a signal to the owner's group does not reach it.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", self._SCRIPT], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+
+    def stop(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            proc.wait()
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._proc is None:
+                return
+            try:
+                self._proc.stdin.write(line.encode())
+                self._proc.stdin.flush()
+            except OSError as err:  # the guard is gone: keep working, unguarded
+                log.warning("git child guard stopped (%s); git children are unguarded", err)
+                self._proc = None
+
+    def register(self, pgid: int) -> None:
+        self._send(f"+{pgid}\n")
+
+    def unregister(self, pgid: int) -> None:
+        self._send(f"-{pgid}\n")
+
+
+children = ChildGuard()
+
+
+def summarize(result: GitResult, redact: Mapping[str, str] | None = None) -> str:
+    """The last few meaningful lines git printed (stderr, then stdout) on one line, or how
+    it ended; progress lines (ended by CR) are left out."""
+    lines: list[str] = []
+    for data in (result.stderr, result.stdout):
+        text = data.decode("utf-8", "replace")
+        for line in text.replace("\r\n", "\n").split("\n"):
+            line = line.rsplit("\r", 1)[-1].strip(" '\t")
+            if line:
+                lines.append(line)
+    if result.returncode < 0:
+        try:
+            name = signal.Signals(-result.returncode).name
+        except ValueError:
+            name = f"signal {-result.returncode}"
+        lines.append(f"git was killed by {name}")
+    elif not lines:
+        lines = [f"exit status {result.returncode}"]
+    if len(lines) > SUMMARY_LINES:  # git's first line names the cause, the last ones the end
+        lines = lines[:1] + ["..."] + lines[-(SUMMARY_LINES - 1):]
+    text = " | ".join(lines)
+    text = text if len(text) <= SUMMARY_CHARS else "..." + text[-SUMMARY_CHARS:]
+    return _redacted(text, redact)
+
+
+def _redacted(text: str, redact: Mapping[str, str] | None) -> str:
+    for secret, shown in sorted((redact or {}).items(), key=lambda kv: -len(kv[0])):
+        if secret:
+            text = text.replace(secret, shown)
+    return text
+
+
+def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdout
+           ) -> subprocess.Popen:
+    global _started
+    try:
+        proc = subprocess.Popen(
+            ["git", *args], cwd=None if cwd is None else os.fspath(cwd),
+            env={**os.environ, **GIT_ENV, **(env or {})}, stdin=stdin, stdout=stdout,
+            stderr=subprocess.PIPE, process_group=0)
+    except OSError as err:
+        raise GitError(f"cannot run git: {err.strerror or err}") from err
+    with _counter_lock:
+        _started += 1
+    children.register(proc.pid)
+    return proc
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
+    """Wait for git and end whatever it left in its group; return its exit status.
+
+    The group is killed while the leader is an unreaped zombie (``WNOWAIT``): its pid, which
+    is the group id, cannot be reused by another process until then.
+    """
+    if kill:
+        _kill_group(proc.pid)
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    _kill_group(proc.pid)
+    children.unregister(proc.pid)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    return proc.wait()
+
+
+class _Pump:
+    """Moves bytes between git's pipes and memory; notices silence (a stall) and deadlines."""
+
+    def __init__(self, proc: subprocess.Popen, data: bytes | None,
+                 on_line: Callable[[str], None] | None) -> None:
+        self.proc, self.on_line = proc, on_line
+        self.data, self.sent = memoryview(data or b""), 0
+        self.out: list[bytes] = []
+        self.err = bytearray()
+        self.partial = b""
+        self.sel = selectors.DefaultSelector()
+        if proc.stdin is not None:
+            self.sel.register(proc.stdin, selectors.EVENT_WRITE)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                self.sel.register(stream, selectors.EVENT_READ)
+
+    def run(self, timeout: float | None, stall: float | None) -> str | None:
+        """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
+        start = last = time.monotonic()
+        with self.sel:
+            if self.proc.stdin is not None and not self.data:
+                self._close(self.proc.stdin)
+            while self.sel.get_map():
+                now = time.monotonic()
+                limits = []
+                if timeout is not None:
+                    limits.append((start + timeout - now, f"did not finish in {timeout:g} s"))
+                if stall is not None:
+                    limits.append((last + stall - now, f"stalled: no progress for {stall:g} s"))
+                wait = min(limits, default=(None, None))
+                if wait[0] is not None and wait[0] <= 0:
+                    return wait[1]
+                for key, _ in self.sel.select(wait[0]):
+                    if self._move(key.fileobj):
+                        last = time.monotonic()
+        return None
+
+    def _move(self, stream) -> bool:
+        """One read or write on a ready pipe; True when git printed something."""
+        if stream is self.proc.stdin:
+            chunk = self.data[self.sent:self.sent + select.PIPE_BUF]
+            try:
+                self.sent += os.write(stream.fileno(), chunk)
+            except BrokenPipeError:
+                self.sent = len(self.data)
+            if self.sent >= len(self.data):
+                self._close(stream)
+            return False
+        block = os.read(stream.fileno(), _READ)
+        if not block:
+            self._close(stream)
+            return False
+        if stream is self.proc.stdout:
+            self.out.append(block)
+        else:
+            self._stderr(block)
+        return True
+
+    def _stderr(self, block: bytes) -> None:
+        self.err += block
+        if len(self.err) > 2 * STDERR_KEEP:
+            del self.err[:-STDERR_KEEP]
+        if self.on_line is None:
+            return
+        lines = (self.partial + block).replace(b"\r", b"\n").split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                self.on_line(line.decode("utf-8", "replace").strip())
+
+    def _close(self, stream) -> None:
+        self.sel.unregister(stream)
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+            input: bytes | None = None, env: Mapping[str, str] | None = None,
+            check: bool = True, timeout: float | None = None, stall: float | None = None,
+            on_line: Callable[[str], None] | None = None, stdout: IO[bytes] | None = None,
+            error: type[GitError] = GitError, what: str | None = None,
+            where: str | None = None, redact: Mapping[str, str] | None = None) -> GitResult:
+    """Run ``git args`` in ``cwd`` and return what it printed.
+
+    ``input`` is fed to its stdin (else stdin is empty); ``stdout`` (a binary file) receives
+    its output instead of memory. ``timeout``: seconds in all; ``stall``: seconds without
+    output; either ends git and its whole group and raises ``error``. ``on_line`` receives
+    every stderr line (progress lines too, CR-separated) as it comes. ``check=False`` returns
+    a failed result instead of raising (a timeout or stall still raises).
+
+    >>> run_git(["cat-file", "-t", "HEAD"], cwd=repo).text
+    'commit'
+    """
+    proc = _spawn(args, cwd, env, subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                  stdout if stdout is not None else subprocess.PIPE)
+    pump, reason, done = _Pump(proc, input, on_line), None, False
+    try:
+        reason = pump.run(timeout, stall)
+        done = reason is None
+    finally:
+        code = _finish(proc, kill=not done)
+    result = GitResult(tuple(args), code, b"".join(pump.out), bytes(pump.err[-STDERR_KEEP:]))
+    if reason is not None or (check and code != 0):
+        summary = summarize(result, redact)
+        text = f"git {what or args[0]} failed: " + (f"{reason} | {summary}" if reason
+                                                      else summary)
+        raise error(f"{where}: {text}" if where else text) from GitExit(result, reason)
+    return result
+
+
+@contextlib.contextmanager
+def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+             env: Mapping[str, str] | None = None, what: str | None = None
+             ) -> Iterator[BinaryIO]:
+    """Stream git's stdout (``cat-file blob``: no copy in memory or on disk).
+
+    Leaving the block before the end stops git (a sniff, a header, a failure); reading it all
+    and then finding git failed raises GitError.
+
+    >>> with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
+    ...     head = blob.read(64)
+    """
+    proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE)
+    finished = False
+    try:
+        yield proc.stdout
+        finished = True
+    finally:
+        drained = finished and proc.stdout.read(1) == b""
+        err = b""
+        if drained:
+            err = proc.stderr.read(STDERR_KEEP)
+        code = _finish(proc, kill=not drained)
+    if drained and code != 0:
+        result = GitResult(tuple(args), code, b"", err)
+        raise GitError(f"git {what or ' '.join(args[:2])} failed: {summarize(result)}") \
+            from GitExit(result)
