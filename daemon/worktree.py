@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-from snapops.formats.errors import GitError
+from snapops.formats.gitcmd import GitResult, run_git
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-    if check and proc.returncode != 0:
-        raise GitError(f"{repo}: git {' '.join(args)} failed: {proc.stderr.strip()[:300]}")
-    return proc
+def _git(repo: Path, *args: str, check: bool = True) -> GitResult:
+    return run_git(args, cwd=repo, check=check, what=" ".join(args[:2]), where=str(repo))
 
 
 def restore_paths(repo: str | os.PathLike, branch: str, paths: list[str]) -> None:
@@ -49,7 +44,7 @@ def set_delta_attributes(repo: str | os.PathLike, mode: str, dense: list[str]) -
     """Tell git's pack-objects which paths not to delta-search (.git/info/attributes: local,
     never committed). Densely changed shards gain nothing from deltas but cost ~14 MB/s."""
     root = Path(repo)
-    info = Path(_git(root, "rev-parse", "--git-path", "info").stdout.strip())
+    info = Path(_git(root, "rev-parse", "--git-path", "info").text)
     info = info if info.is_absolute() else root / info
     info.mkdir(parents=True, exist_ok=True)
     if mode == "never":

@@ -199,14 +199,14 @@ def _redacted(text: str, redact: Mapping[str, str] | None) -> str:
     return text
 
 
-def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdout
-           ) -> subprocess.Popen:
+def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdout,
+           bufsize: int = -1) -> subprocess.Popen:
     global _started
     try:
         proc = subprocess.Popen(
             ["git", *args], cwd=None if cwd is None else os.fspath(cwd),
             env={**os.environ, **GIT_ENV, **(env or {})}, stdin=stdin, stdout=stdout,
-            stderr=subprocess.PIPE, process_group=0)
+            stderr=subprocess.PIPE, process_group=0, bufsize=bufsize)
     except OSError as err:
         raise GitError(f"cannot run git: {err.strerror or err}") from err
     with _counter_lock:
@@ -352,8 +352,8 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
 
 @contextlib.contextmanager
 def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
-             env: Mapping[str, str] | None = None, what: str | None = None
-             ) -> Iterator[BinaryIO]:
+             env: Mapping[str, str] | None = None, what: str | None = None,
+             bufsize: int = -1) -> Iterator[BinaryIO]:
     """Stream git's stdout (``cat-file blob``: no copy in memory or on disk).
 
     Leaving the block before the end stops git (a sniff, a header, a failure); reading it all
@@ -362,7 +362,7 @@ def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
     >>> with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
     ...     head = blob.read(64)
     """
-    proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE)
+    proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE, bufsize)
     finished = False
     try:
         yield proc.stdout
