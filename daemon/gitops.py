@@ -233,6 +233,10 @@ class SnapshotRepo:
             return None
         return self._run("cat-file", "blob", spec, raw=True, what="cat-file")
 
+    def tag_object(self, tag: str) -> str | None:
+        """The object ``refs/tags/<tag>`` names (the annotated tag itself), or None."""
+        return self._rev(f"refs/tags/{tag}")
+
     def tag_commit(self, tag: str) -> str | None:
         """The commit sha ``tag`` points at (through annotated tags), or None."""
         return self._rev(f"refs/tags/{tag}^{{commit}}")
