@@ -374,15 +374,17 @@ class SnapshotRepo:
 
     def push(self, remote_url: str, refs: Iterable[str], *, branch_commit: str | None = None,
              also_branches: Iterable[str] = (), stall: float | None = None,
-             timeout: float | None = None, on_line: Callable[[str], None] | None = None) -> None:
+             timeout: float | None = None, on_line: Callable[[str], None] | None = None,
+             cancel: threading.Event | None = None) -> None:
         """Push the tags ``refs`` (names or ``refs/tags/...``) and the branch to ``remote_url``.
 
         The branch goes to ``branch_commit`` (default: the tip), and so does every branch in
         ``also_branches`` (full ref names). One ``--atomic`` push: every ref or none. Never
         forces. ``stall``: seconds without progress output before git and its helpers are
         killed (HTTP remotes also get ``http.lowSpeedTime``); ``timeout``: a wall-clock limit
-        (None: none); ``on_line`` receives git's progress lines. A rejected ref, an
-        unreachable remote, a stall or a timeout raise PushError naming the remote.
+        (None: none); ``on_line`` receives git's progress lines; ``cancel`` set aborts it. A
+        rejected ref, an unreachable remote, a stall, a timeout or a cancel raise PushError
+        naming the remote.
 
         >>> repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], stall=60)
         """
@@ -400,7 +402,7 @@ class SnapshotRepo:
         with self._pushing():
             self._result(*config, "push", "--porcelain", "--progress", "--atomic",
                          resolve_url(remote_url), *specs, what=f"push ({len(specs)} refs)",
-                         stall=stall, timeout=timeout, on_line=on_line,
+                         stall=stall, timeout=timeout, on_line=on_line, cancel=cancel,
                          **self._remote_error("push to", remote_url))
 
     def _remote_error(self, action: str, remote_url: str) -> dict:
@@ -508,10 +510,10 @@ class SnapshotRepo:
         commits and ``drop_tags`` used: the work repository stays bounded.
 
         ``keep_from`` becomes a shallow boundary (``.git/shallow``: git treats its parents as
-        absent), the tags are deleted, reflogs expired, unreachable objects pruned and packs
-        rewritten without them. Only for history every remote already has: a shallow
+        absent), the tags are deleted, reflogs expired and unreachable objects pruned (packs,
+        if any, rewritten without them). Only for history every remote already has: a shallow
         repository pushes to a remote holding the older commits, not to an empty one. Returns
-        None (and does nothing) while a commit or push runs; else the sizes before and after.
+        None (doing nothing) while a commit or push runs; else the sizes before and after.
 
         >>> repo.forget_history(repo.tag_commit("run1/gen-000040"), ["run1/gen-000039"])
         {'before': 1503238553, 'after': 187904819}
@@ -523,28 +525,38 @@ class SnapshotRepo:
                 raise GitError(f"{self.path}: {keep_from} is not on {self.branch}; "
                                "history not cut")
             before = self._object_bytes()
-            deletions = [f"delete refs/tags/{t}" for t in drop_tags if self.tag_commit(t)]
-            if deletions:
-                self._run("update-ref", "--stdin", data=("\n".join(deletions) + "\n").encode(),
-                          what="update-ref (drop old tags)")
+            listed = self._run("for-each-ref", "--format=%(refname)", "refs/tags/")
+            present = set(listed.splitlines())
+            doomed = [ref for ref in (f"refs/tags/{t}" for t in drop_tags) if ref in present]
+            if not doomed and keep_from in self._shallow():
+                return {"before": before, "after": before}  # cut here already
+            if doomed:
+                self._run("update-ref", "--stdin", what="update-ref (drop old tags)",
+                          data="".join(f"delete {ref}\n" for ref in doomed).encode())
             self._add_shallow(keep_from)
             self._run("reflog", "expire", "--expire=now", "--all", what="reflog expire")
-            self._run("repack", "-a", "-d", "-q", what="repack")
             self._run("prune", "--expire=now", what="prune")
+            if self._object_counts().get("packs", "0") != "0":
+                self._run("repack", "-a", "-d", "-q", what="repack")
             return {"before": before, "after": self._object_bytes()}
 
-    def _add_shallow(self, commit: str) -> None:
-        path = self.git_dir / "shallow"
+    def _shallow(self) -> list[str]:
         try:
-            known = path.read_text().split()
+            return (self.git_dir / "shallow").read_text().split()
         except FileNotFoundError:
-            known = []
+            return []
+
+    def _add_shallow(self, commit: str) -> None:
         # Older boundaries stay: another run's tag may still reach them.
-        lines = sorted(set(known) | {commit})
-        atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
+        lines = sorted(set(self._shallow()) | {commit})
+        atomic_write_bytes(self.git_dir / "shallow",
+                           "".join(f"{line}\n" for line in lines).encode())
+
+    def _object_counts(self) -> dict[str, str]:
+        out = self._run("count-objects", "-v", what="count-objects")
+        return dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
 
     def _object_bytes(self) -> int:
-        """Bytes of loose objects and packs (``count-objects -v``)."""
-        out = self._run("count-objects", "-v", what="count-objects")
-        fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-        return 1024 * (int(fields.get("size", 0)) + int(fields.get("size-pack", 0)))
+        """Bytes of loose objects and packs on disk."""
+        counts = self._object_counts()
+        return 1024 * (int(counts.get("size", 0)) + int(counts.get("size-pack", 0)))

@@ -178,6 +178,7 @@ class PushQueue:
         self._external = scheduler
         self._scheduler = None          # set while started
         self._max_batch = max(1, max_batch)
+        self._cancel = threading.Event()  # set by stop(): running pushes end now
         self._cond = threading.Condition(threading.Lock())
         self._remotes: dict[str, _Remote] = {}
         for remote in remotes:
@@ -214,6 +215,7 @@ class PushQueue:
         with self._cond:
             if self._scheduler is not None:
                 return
+            self._cancel.clear()
             if self._external is not None:
                 self._scheduler = self._external
             else:
@@ -228,10 +230,12 @@ class PushQueue:
                     self._schedule(state, max(0.0, wait))
 
     def stop(self, wait: bool = True) -> None:
-        """Stop scheduling attempts; with ``wait``, also wait for running pushes to end.
+        """Stop scheduling attempts and abort running pushes (their git is killed); with
+        ``wait``, wait until they have ended.
 
-        Pending generations stay queued for a later :meth:`start`.
+        Pending generations (also the aborted ones) stay queued for a later :meth:`start`.
         """
+        self._cancel.set()
         with self._cond:
             scheduler, self._scheduler = self._scheduler, None
             for state in self._remotes.values():
@@ -382,7 +386,8 @@ class PushQueue:
         self._repo.push(state.config.url, tags, branch_commit=commit,
                         also_branches=[state.mirror] if state.mirror else [],
                         stall=self._config.stall_timeout,
-                        timeout=self._config.timeout or None, on_line=on_line)
+                        timeout=self._config.timeout or None, on_line=on_line,
+                        cancel=self._cancel)
         self._succeeded(state, batch, pushed_bytes=progress.bytes,
                         seconds=time.monotonic() - progress.mono, sent=True)
 

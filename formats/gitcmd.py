@@ -49,6 +49,7 @@ GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
+CANCEL_POLL = 0.25              # seconds between looks at a cancel event
 _READ = 1 << 16
 
 _counter_lock = threading.Lock()
@@ -256,20 +257,23 @@ class _Pump:
             if stream is not None:
                 self.sel.register(stream, selectors.EVENT_READ)
 
-    def run(self, timeout: float | None, stall: float | None) -> str | None:
+    def run(self, timeout: float | None, stall: float | None,
+            cancel: threading.Event | None = None) -> str | None:
         """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
         start = last = time.monotonic()
         with self.sel:
             if self.proc.stdin is not None and not self.data:
                 self._close(self.proc.stdin)
             while self.sel.get_map():
+                if cancel is not None and cancel.is_set():
+                    return "cancelled"
                 now = time.monotonic()
-                limits = []
+                limits = [] if cancel is None else [(CANCEL_POLL, None)]
                 if timeout is not None:
                     limits.append((start + timeout - now, f"did not finish in {timeout:g} s"))
                 if stall is not None:
                     limits.append((last + stall - now, f"stalled: no progress for {stall:g} s"))
-                wait = min(limits, default=(None, None))
+                wait = min(limits, default=(None, None), key=lambda limit: limit[0])
                 if wait[0] is not None and wait[0] <= 0:
                     return wait[1]
                 for key, _ in self.sel.select(wait[0]):
@@ -320,13 +324,14 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
             input: bytes | None = None, env: Mapping[str, str] | None = None,
             check: bool = True, timeout: float | None = None, stall: float | None = None,
             on_line: Callable[[str], None] | None = None, stdout: IO[bytes] | None = None,
-            error: type[GitError] = GitError, what: str | None = None,
+            cancel: threading.Event | None = None, error: type[GitError] = GitError, what: str | None = None,
             where: str | None = None, redact: Mapping[str, str] | None = None) -> GitResult:
     """Run ``git args`` in ``cwd`` and return what it printed.
 
     ``input`` is fed to its stdin (else stdin is empty); ``stdout`` (a binary file) receives
     its output instead of memory. ``timeout``: seconds in all; ``stall``: seconds without
-    output; either ends git and its whole group and raises ``error``. ``on_line`` receives
+    output; ``cancel`` set (another thread stops the call): each ends git and its whole group
+    and raises ``error``. ``on_line`` receives
     every stderr line (progress lines too, CR-separated) as it comes. ``check=False`` returns
     a failed result instead of raising (a timeout or stall still raises).
 
@@ -337,7 +342,7 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
                   stdout if stdout is not None else subprocess.PIPE)
     pump, reason, done = _Pump(proc, input, on_line), None, False
     try:
-        reason = pump.run(timeout, stall)
+        reason = pump.run(timeout, stall, cancel)
         done = reason is None
     finally:
         code = _finish(proc, kill=not done)
