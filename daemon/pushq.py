@@ -322,9 +322,9 @@ class PushQueue:
     def _sync_and_push(self, state: _Remote) -> float:
         """One attempt; the delay before the next one (0 after a success)."""
         try:
+            self._measure(state)  # first: an outage is when pending bytes matter most
             if not state.synced:
                 self._sync(state)
-            self._measure(state)
             with self._cond:
                 batch = choose_batch(state.pending, state.sizes, self._config.batch_bytes,
                                      self._max_batch)
@@ -402,15 +402,19 @@ class PushQueue:
             flight = state.in_flight
             if flight is not None:
                 state.history.append(self._record(flight.gens, flight.bytes, False,
-                                                  time.monotonic() - flight.mono))
+                                                  time.monotonic() - flight.mono, str(err)))
             attempts, depth = state.attempts, len(state.pending)
         log.warning("push to %s failed (attempt %d, retry in %.2fs, %d pending): %s",
                     state.config.name, attempts, delay, depth, err)
         return delay
 
-    def _record(self, gens: list[int], size: int, ok: bool, seconds: float) -> dict:
-        return {"gens": list(gens), "bytes": size, "ok": ok, "seconds": round(seconds, 3),
-                "ended": self._clock()}
+    def _record(self, gens: list[int], size: int, ok: bool, seconds: float,
+                error: str | None = None) -> dict:
+        record = {"gens": list(gens), "bytes": size, "ok": ok, "seconds": round(seconds, 3),
+                  "ended": self._clock()}
+        if error is not None:
+            record["error"] = error[:300]
+        return record
 
     def _succeeded(self, state: _Remote, batch: list[int], *, pushed_bytes: int,
                    seconds: float, sent: bool) -> None:

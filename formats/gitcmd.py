@@ -4,9 +4,11 @@ Every call runs the real ``git`` with the caller's environment plus :data:`GIT_E
 password prompt), in a process group of its own, so that whatever git starts (``pack-objects``,
 ``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is killed with it:
 
-* on a wall-clock ``timeout``, on a ``stall`` (no byte on stdout or stderr for that many
-  seconds; ``git push --progress`` prints a line at least every second while bytes move), on
-  any error in the caller, and when a streamed blob is closed early;
+* on a wall-clock ``timeout``, on a ``stall`` (for that many seconds no byte on stdout or
+  stderr, and no byte read, written or drained from a socket by any process of the group:
+  ``git push --progress`` prints a line every second while it writes, and the kernel draining
+  a send buffer to a slow link counts too), on a ``cancel``, on any error in the caller, and
+  when a streamed blob is closed early;
 * when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
   guard process holds the list of live groups and kills them when its pipe from the owner
   closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
@@ -50,6 +52,7 @@ SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
+GRACE = 2.0                     # seconds git gets after SIGTERM to remove its temporary files
 _READ = 1 << 16
 
 _counter_lock = threading.Lock()
@@ -93,8 +96,8 @@ class GitExit(Exception):
 
     @property
     def killed(self) -> bool:
-        """Ended by a signal: it could not clean up (its lock files may be left behind)."""
-        return self.result.returncode < 0
+        """Ended by a signal or by a limit: it may not have cleaned up (lock files)."""
+        return self.result.returncode < 0 or self.reason is not None
 
 
 class ChildGuard:
@@ -102,7 +105,7 @@ class ChildGuard:
 
     ``start()`` spawns the guard (idempotent); ``stop()`` closes its pipe and waits for it.
     Registration is a line ``+PGID`` / ``-PGID`` on the guard's stdin; EOF means the owner is
-    gone, and the guard then kills what is still registered.
+    gone, and the guard then ends what is still registered (SIGTERM, then SIGKILL).
 
     >>> children.start()
     >>> run_git(["push", url, "main"], cwd=repo)   # killed with us, whatever happens
@@ -110,17 +113,20 @@ class ChildGuard:
     """
 
     _SCRIPT = (
-        "import os, signal, sys\n"
+        "import os, signal, sys, time\n"
         "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
         "    signal.signal(s, signal.SIG_IGN)\n"
         "groups = set()\n"
         "for line in sys.stdin:\n"
         "    (groups.add if line[0] == '+' else groups.discard)(int(line[1:]))\n"
-        "for pgid in groups:\n"
-        "    try:\n"
-        "        os.killpg(pgid, signal.SIGKILL)\n"
-        "    except OSError:\n"
-        "        pass\n")
+        "for sig in (signal.SIGTERM, signal.SIGKILL):\n"
+        "    for pgid in groups:\n"
+        "        try:\n"
+        "            os.killpg(pgid, sig)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    if groups and sig == signal.SIGTERM:\n"
+        f"        time.sleep({GRACE})\n")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -216,28 +222,131 @@ def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdou
     return proc
 
 
-def _kill_group(pgid: int) -> None:
+def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
+
+
+def _end_group(pgid: int) -> None:
+    """SIGTERM to the group's leaves (processes with no child in it) until it is empty, then
+    SIGKILL for what is left after GRACE seconds. Leaves first lets each parent see its child
+    fail and clean up as on any error: a local ``receive-pack`` (a member of the group)
+    removes its quarantine ``objects/tmp_objdir-incoming-*``, which it leaves in the remote
+    when it is itself killed while a hook or index-pack runs."""
+    deadline = time.monotonic() + GRACE
+    while time.monotonic() < deadline:
+        members = _group_members(pgid)
+        if not members:
+            break
+        parents = set(members.values())
+        for pid in members:
+            if pid not in parents:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
 
 
 def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
     """Wait for git and end whatever it left in its group; return its exit status.
 
-    The group is killed while the leader is an unreaped zombie (``WNOWAIT``): its pid, which
-    is the group id, cannot be reused by another process until then.
+    The group is signalled while the leader is an unreaped zombie (``WNOWAIT``): its pid,
+    which is the group id, cannot be reused by another process until then.
     """
     if kill:
-        _kill_group(proc.pid)
+        _end_group(proc.pid)
     with contextlib.suppress(ChildProcessError):
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-    _kill_group(proc.pid)
+    _signal_group(proc.pid, signal.SIGKILL)
     children.unregister(proc.pid)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
     return proc.wait()
+
+
+def _group_members(pgid: int, *, live: bool = True) -> dict[int, int]:
+    """pid -> parent pid of the processes in group ``pgid`` (``live``: zombies left out)."""
+    members = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm)": state ppid pgrp
+        if len(fields) > 2 and fields[2] == str(pgid).encode() \
+                and not (live and fields[0] == b"Z"):
+            members[int(entry.name)] = int(fields[1])
+    return members
+
+
+def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
+    moved, inodes = 0, set()
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            moved = sum(int(line.split()[1]) for line in f if line.startswith(("rchar", "wchar")))
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            target = os.readlink(fd.path)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except (OSError, ValueError):
+        pass
+    return moved, inodes
+
+
+def _queued(inodes: set[str]) -> int:
+    """Bytes waiting in the send and receive queues of these TCP sockets."""
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > 9 and row[9] in inodes:
+                tx, _, rx = row[4].partition(":")
+                total += int(tx, 16) + int(rx, 16)
+    return total
+
+
+def group_activity(pgid: int) -> tuple[int, int]:
+    """What the processes of group ``pgid`` have moved: bytes read and written, and bytes
+    still queued in their TCP sockets. Any change means the work goes on, printed or not
+    (a kernel draining a send buffer to a slow link, a remote hook writing objects)."""
+    moved, inodes = 0, set()
+    for pid in _group_members(pgid, live=False):
+        done, found = _io_and_sockets(pid)
+        moved, inodes = moved + done, inodes | found
+    return moved, _queued(inodes) if inodes else 0
+
+
+class _Silence:
+    """The stall clock: restarted by output, and, while git is silent, by any change in
+    :func:`group_activity` (looked at every ``every`` seconds)."""
+
+    def __init__(self, pgid: int, stall: float) -> None:
+        self.pgid, self.stall = pgid, stall
+        self.every = min(1.0, stall / 4)
+        self.last = self.probed = time.monotonic()
+        self.seen: tuple[int, int] | None = None
+
+    def heard(self) -> None:
+        self.last = time.monotonic()
+
+    def left(self, now: float) -> float:
+        """Seconds until the group counts as stalled."""
+        if now - self.probed >= self.every:
+            self.probed = now
+            activity = group_activity(self.pgid)
+            if self.seen is not None and activity != self.seen:
+                self.last = now
+            self.seen = activity
+        return self.last + self.stall - now
 
 
 class _Pump:
@@ -260,7 +369,8 @@ class _Pump:
     def run(self, timeout: float | None, stall: float | None,
             cancel: threading.Event | None = None) -> str | None:
         """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
-        start = last = time.monotonic()
+        start = time.monotonic()
+        silence = None if stall is None else _Silence(self.proc.pid, stall)
         with self.sel:
             if self.proc.stdin is not None and not self.data:
                 self._close(self.proc.stdin)
@@ -271,14 +381,16 @@ class _Pump:
                 limits = [] if cancel is None else [(CANCEL_POLL, None)]
                 if timeout is not None:
                     limits.append((start + timeout - now, f"did not finish in {timeout:g} s"))
-                if stall is not None:
-                    limits.append((last + stall - now, f"stalled: no progress for {stall:g} s"))
+                if silence is not None:
+                    limits.append((silence.left(now), f"stalled: no progress for {stall:g} s"))
                 wait = min(limits, default=(None, None), key=lambda limit: limit[0])
                 if wait[0] is not None and wait[0] <= 0:
                     return wait[1]
+                if silence is not None:  # look at the group's bytes while git is silent
+                    wait = (min(wait[0], silence.every), wait[1])
                 for key, _ in self.sel.select(wait[0]):
-                    if self._move(key.fileobj):
-                        last = time.monotonic()
+                    if self._move(key.fileobj) and silence is not None:
+                        silence.heard()
         return None
 
     def _move(self, stream) -> bool:
