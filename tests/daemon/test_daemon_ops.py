@@ -22,7 +22,7 @@ from snapops.daemon.wal import Record, WalState, replay
 from snapops.formats.gitcmd import invocations
 
 from .daemon_env import DaemonEnv, state_for
-from .gitserve import GitDaemon, git, init_bare
+from .gitserve import git, git_daemon, init_bare  # noqa: F401
 from .test_service import pushed_counts, verify_remote
 from .throttle import ThrottledProxy
 
@@ -91,14 +91,9 @@ def session_members(sid: int) -> dict[int, str]:
     return found
 
 
-def test_git_children_die_with_a_sigkilled_daemon_and_a_restart_pushes(tmp_path):
-    served = tmp_path / "served"
-    served.mkdir()
-    init_bare(served / "snap.git")
-    server = GitDaemon(served)
-    server.start()
-    proxy = ThrottledProxy(server.port, rate=50_000.0).start()  # ~1 MB takes ~20 s
-    env = DaemonEnv(tmp_path, {"net": proxy.url("snap.git")})
+def test_git_children_die_with_a_sigkilled_daemon_and_a_restart_pushes(tmp_path, git_daemon):
+    proxy = ThrottledProxy(git_daemon.port, rate=50_000.0).start()  # ~1 MB takes ~20 s
+    env = DaemonEnv(tmp_path, {"net": proxy.url("served.git")})
     state = {"w": np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)}
     try:
         with open(env.log, "ab") as log:  # a session of its own: its children are findable
@@ -120,8 +115,8 @@ def test_git_children_die_with_a_sigkilled_daemon_and_a_restart_pushes(tmp_path)
     finally:
         env.kill()
         proxy.stop()
-        server.stop()
-    assert verify_remote(env, str(served / "snap.git"), tmp_path, {1: state}) == ["t/gen-000001"]
+    served = git_daemon.base / "served.git"
+    assert verify_remote(env, str(served), tmp_path, {1: state}) == ["t/gen-000001"]
     assert set(pushed_counts(env).values()) == {1}
 
 
