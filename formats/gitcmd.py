@@ -32,6 +32,7 @@ import os
 import select
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -52,7 +53,9 @@ SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
-GRACE = 2.0                     # seconds git gets after SIGTERM to remove its temporary files
+GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
+ROUND = 0.5                     # seconds the processes signalled in one round get to end
+SETTLE = 0.1                    # seconds their parents get to react before the next round
 _READ = 1 << 16
 
 _counter_lock = threading.Lock()
@@ -101,36 +104,25 @@ class GitExit(Exception):
 
 
 class ChildGuard:
-    """Kills every live git process group when its owner dies (see the module docstring).
+    """Ends every live git process group when its owner dies (see the module docstring).
 
-    ``start()`` spawns the guard (idempotent); ``stop()`` closes its pipe and waits for it.
-    Registration is a line ``+PGID`` / ``-PGID`` on the guard's stdin; EOF means the owner is
-    gone, and the guard then ends what is still registered (SIGTERM, then SIGKILL).
+    ``start()`` spawns the guard (``python -m snapops.formats.gitcmd guard``, idempotent);
+    ``stop()`` closes the channel and waits for it. Each git call registers its group with a
+    message ``+PGID`` carrying the read ends of git's output pipes, and unregisters with
+    ``-PGID``. When the owner dies, the channel ends and the guard ends what is still
+    registered as a timeout would (:func:`_end_group`). Holding the pipes keeps them open
+    meanwhile: git's last words go into a pipe with a reader instead of killing it with
+    SIGPIPE before it cleans up (a local ``receive-pack`` leaves its quarantine behind then).
 
     >>> children.start()
-    >>> run_git(["push", url, "main"], cwd=repo)   # killed with us, whatever happens
+    >>> run_git(["push", url, "main"], cwd=repo)   # ended with us, whatever happens
     >>> children.stop()
     """
-
-    _SCRIPT = (
-        "import os, signal, sys, time\n"
-        "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
-        "    signal.signal(s, signal.SIG_IGN)\n"
-        "groups = set()\n"
-        "for line in sys.stdin:\n"
-        "    (groups.add if line[0] == '+' else groups.discard)(int(line[1:]))\n"
-        "for sig in (signal.SIGTERM, signal.SIGKILL):\n"
-        "    for pgid in groups:\n"
-        "        try:\n"
-        "            os.killpg(pgid, sig)\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "    if groups and sig == signal.SIGTERM:\n"
-        f"        time.sleep({GRACE})\n")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._channel: socket.socket | None = None
 
     @property
     def pid(self) -> int | None:
@@ -140,35 +132,40 @@ class ChildGuard:
         with self._lock:
             if self._proc is not None:
                 return
-            # Its own process group: a signal to the owner's group does not reach it.
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", self._SCRIPT], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with theirs:
+                # Its own process group: a signal to the owner's group does not reach it.
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", __name__, "guard"], stdin=theirs.fileno(),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+            self._channel = ours
 
     def stop(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
         if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
             proc.wait()
 
-    def _send(self, line: str) -> None:
+    def _send(self, message: str, fds: list[int]) -> None:
         with self._lock:
-            if self._proc is None:
+            if self._channel is None:
                 return
             try:
-                self._proc.stdin.write(line.encode())
-                self._proc.stdin.flush()
+                socket.send_fds(self._channel, [message.encode()], fds)
             except OSError as err:  # the guard is gone: keep working, unguarded
                 log.warning("git child guard stopped (%s); git children are unguarded", err)
-                self._proc = None
+                self._channel.close()
+                self._proc, self._channel = None, None
 
-    def register(self, pgid: int) -> None:
-        self._send(f"+{pgid}\n")
+    def register(self, proc: subprocess.Popen) -> None:
+        pipes = [s.fileno() for s in (proc.stdout, proc.stderr) if s is not None]
+        self._send(f"+{proc.pid}", pipes)
 
     def unregister(self, pgid: int) -> None:
-        self._send(f"-{pgid}\n")
+        self._send(f"-{pgid}", [])
 
 
 children = ChildGuard()
@@ -218,7 +215,7 @@ def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdou
         raise GitError(f"cannot run git: {err.strerror or err}") from err
     with _counter_lock:
         _started += 1
-    children.register(proc.pid)
+    children.register(proc)
     return proc
 
 
@@ -228,22 +225,27 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _end_group(pgid: int) -> None:
-    """SIGTERM to the group's leaves (processes with no child in it) until it is empty, then
-    SIGKILL for what is left after GRACE seconds. Leaves first lets each parent see its child
-    fail and clean up as on any error: a local ``receive-pack`` (a member of the group)
-    removes its quarantine ``objects/tmp_objdir-incoming-*``, which it leaves in the remote
-    when it is itself killed while a hook or index-pack runs."""
+    """SIGTERM to the group's leaves (processes with no child in it), round after round,
+    each parent getting time to see its child fail; SIGKILL for what is left after GRACE
+    seconds. So every parent cleans up as on any error: a local ``receive-pack`` (a member of
+    the group) removes its quarantine ``objects/tmp_objdir-incoming-*``, which it leaves in
+    the remote when it is itself killed while a hook or index-pack runs."""
     deadline = time.monotonic() + GRACE
+    signalled: set[int] = set()
     while time.monotonic() < deadline:
         members = _group_members(pgid)
         if not members:
-            break
+            return
         parents = set(members.values())
-        for pid in members:
-            if pid not in parents:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGTERM)
-        time.sleep(0.02)
+        leaves = {pid for pid in members if pid not in parents}
+        for pid in leaves - signalled:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        signalled |= leaves
+        round_end = min(deadline, time.monotonic() + ROUND)
+        while time.monotonic() < round_end and leaves & set(_group_members(pgid)):
+            time.sleep(0.02)
+        time.sleep(SETTLE)  # the parents react to their children's end
     _signal_group(pgid, signal.SIGKILL)
 
 
@@ -494,3 +496,28 @@ def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
         result = GitResult(tuple(args), code, b"", err)
         raise GitError(f"git {what or ' '.join(args[:2])} failed: {summarize(result)}") \
             from GitExit(result)
+
+
+def _guard_main() -> None:
+    """The guard process: hold each registered group's pipes until the owner is gone, then
+    end the groups still registered."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    channel = socket.socket(fileno=0)
+    held: dict[int, list[int]] = {}
+    while True:
+        message, fds, _, _ = socket.recv_fds(channel, 64, 4)
+        if not message:
+            break
+        text = message.decode("ascii", "replace")
+        if text[:1] == "+" and text[1:].isdigit():
+            held[int(text[1:])] = fds
+            continue
+        for fd in held.pop(int(text[1:]) if text[1:].isdigit() else -1, []) + fds:
+            os.close(fd)
+    for pgid in held:
+        _end_group(pgid)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["guard"]:
+    _guard_main()

@@ -87,23 +87,52 @@ def test_secrets_are_redacted_from_git_output(tmp_path):
     assert "s3cret" not in str(info.value) and "'REMOTE'" in str(info.value)
 
 
-def test_a_killed_push_leaves_no_quarantine_in_a_local_remote(tmp_path):
-    """A local remote's receive-pack runs in the push's process group: it gets SIGTERM and
-    removes its incoming objects (SIGKILL would leave objects/tmp_objdir-incoming-*)."""
+def slow_local_remote(tmp_path: Path) -> tuple[Path, Path, SnapshotRepo]:
+    """A bare remote whose pre-receive hook is silent for a minute (the pushed objects wait in
+    its quarantine meanwhile), and a repository with one 4 MiB generation to push there."""
     bare = tmp_path / "remote.git"
     git("init", "-q", "--bare", "-b", "main", str(bare))
     pidfile = tmp_path / "hook.pid"
     hook = bare / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")  # silent and long
+    hook.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
     hook.chmod(0o755)
-    with SnapshotRepo(tmp_path / "repo") as repo:
-        (repo.path / "big").write_bytes(os.urandom(4 << 20))
-        repo.commit_generation(["big"], "gen 1", "r/gen-000001")
-        with pytest.raises(PushError, match=r"stalled: no progress for 1 s"):
-            repo.push(str(bare), ["r/gen-000001"], stall=1.0)
+    repo = SnapshotRepo(tmp_path / "repo")
+    (repo.path / "big").write_bytes(os.urandom(4 << 20))
+    repo.commit_generation(["big"], "gen 1", "r/gen-000001")
+    return bare, pidfile, repo
+
+
+def quarantine(bare: Path) -> list[Path]:
+    return list((bare / "objects").glob("tmp_objdir-incoming-*"))
+
+
+def test_a_killed_push_leaves_no_quarantine_in_a_local_remote(tmp_path):
+    """A local remote's receive-pack runs in the push's process group: ended leaves first,
+    it removes its incoming objects (killed itself, it leaves objects/tmp_objdir-incoming-*)."""
+    bare, pidfile, repo = slow_local_remote(tmp_path)
+    with pytest.raises(PushError, match=r"stalled: no progress for 1 s"):
+        repo.push(str(bare), ["r/gen-000001"], stall=1.0)
     assert wait_gone(read_pid(pidfile))
-    assert not list((bare / "objects").glob("tmp_objdir-incoming-*"))
+    assert not quarantine(bare)
     assert git("for-each-ref", cwd=bare) == ""
+
+
+def test_a_sigkilled_owner_leaves_no_quarantine_in_a_local_remote(tmp_path):
+    bare, pidfile, _ = slow_local_remote(tmp_path)
+    script = ("import sys\nfrom snapops.daemon.gitops import SnapshotRepo\n"
+              "from snapops.formats.gitcmd import children\nchildren.start()\n"
+              "SnapshotRepo(sys.argv[1]).push(sys.argv[2], ['r/gen-000001'])\n")
+    owner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "repo"), str(bare)],
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    hook = read_pid(pidfile)
+    assert quarantine(bare)  # the pack waits there while the hook runs
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(30)
+    assert wait_gone(hook)
+    deadline = time.monotonic() + 20
+    while quarantine(bare) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not quarantine(bare)
 
 
 GUARDED = textwrap.dedent("""
