@@ -73,10 +73,7 @@ class Daemon:
     # --- lifecycle -------------------------------------------------------------------------
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
         from .gitops import SnapshotRepo
-        from .pushq import PushQueue
 
         self._install_signals()  # first: a SIGTERM during start-up must still stop cleanly
         applied = lower_priority(nice=self.config.daemon.nice,
@@ -93,10 +90,7 @@ class Daemon:
                                  author_name=self.config.repo.author_name,
                                  author_email=self.config.repo.author_email)
         self.remotes = {r.name for r in self.config.repo.remotes}
-        self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.pushq = PushQueue(self.repo, self.config.repo.remotes, self.config.push,
-                               on_pushed=self._on_pushed, run=self.config.snapshot.run,
-                               on_change=self._status_changed, scheduler=self.scheduler)
+        self.pushq = self._push_queue()
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
         observer = self._watch()
@@ -128,6 +122,17 @@ class Daemon:
             os.close(lock)
             self.wake.close()
         return 0
+
+    def _push_queue(self):
+        """The resend queue, on a scheduler shared with the cleanup job (started later)."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from .pushq import PushQueue
+
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        return PushQueue(self.repo, self.config.repo.remotes, self.config.push,
+                         on_pushed=self._on_pushed, run=self.config.snapshot.run,
+                         on_change=self._status_changed, scheduler=self.scheduler)
 
     def _serve(self) -> None:
         """Work only when something can be new; otherwise sleep (see the module docstring)."""
