@@ -12,6 +12,7 @@ import pytest
 
 from snapops.config.schema import RemoteConfig
 from snapops.daemon.gitops import SnapshotRepo
+from snapops.daemon.pushprogress import PushProgress, drain_estimate, parse_progress
 from snapops.daemon.pushq import PushQueue, choose_batch, gen_tag
 from tests.daemon.gitserve import git, git_daemon  # noqa: F401
 from tests.daemon.test_pushq import FAST, RUN, Reports, repo, tags, wait_until  # noqa: F401
@@ -53,6 +54,24 @@ def bare_remote_with_log(tmp_path):
     bare = tmp_path / "logged.git"
     git("init", "-q", "--bare", "-b", "main", str(bare))
     return bare, log_ref_updates(bare)
+
+
+def test_progress_lines_are_read_into_phase_bytes_and_rate():
+    assert parse_progress("Writing objects:  66% (12/18), 21.09 MiB | 1.83 MiB/s") == \
+        {"phase": "Writing objects", "percent": 66, "sent": 22114468, "rate": 1918894}
+    assert parse_progress("remote: Resolving deltas: 100% (3/3), done.") == \
+        {"phase": "Resolving deltas", "percent": 100}
+    for other in ("To git://127.0.0.1/x.git", "Total 3 (delta 0)", "", "Writing objects"):
+        assert parse_progress(other) is None
+    progress = PushProgress([4, 5], 3 << 20, started=100.0)
+    assert not progress.feed("To /srv/remote.git")
+    assert progress.feed("Counting objects: 50% (1/2)")
+    assert progress.feed("Writing objects: 50% (1/2), 1.00 MiB | 512.00 KiB/s")
+    assert progress.feed("remote: Resolving deltas: 10% (1/10)")  # a later phase keeps bytes
+    shown = progress.snapshot(now=103.0)
+    assert (shown["phase"], shown["sent"], shown["rate"], shown["seconds"]) == \
+        ("Resolving deltas", 1 << 20, 512 << 10, 3.0)
+    assert drain_estimate(3 << 20, 1 << 20) == 3.0 and drain_estimate(10, None) is None
 
 
 def test_choose_batch_takes_the_oldest_and_what_fits():
