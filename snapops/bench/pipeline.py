@@ -27,6 +27,7 @@ import numpy as np
 from snapops.daemon.client import WAL_NAME, Snapshotter
 from snapops.daemon.lifecycle import COMMITTED, DROPPED, PUSHED
 from snapops.daemon.wal import Wal, WalReader
+from snapops.formats.gitcmd import run_git
 
 from ._measure import fmt_bytes, model_state
 
@@ -87,11 +88,9 @@ class _Stack:
         self.folder = folder
         self.served = folder / "served"
         self.served.mkdir()
-        subprocess.run(["git", "init", "-q", "--bare", "-b", "main",
-                        str(self.served / "snap.git")], check=True)
+        run_git(["init", "-q", "--bare", "-b", "main", str(self.served / "snap.git")])
         # a server for big blobs keeps pushed packs (no zlib-6 explosion into loose objects)
-        subprocess.run(["git", "-C", str(self.served / "snap.git"), "config",
-                        "receive.unpackLimit", "1"], check=True)
+        run_git(["config", "receive.unpackLimit", "1"], cwd=self.served / "snap.git")
         self.port = _free_port()
         self.git: subprocess.Popen | None = None
         self.start_remote()
