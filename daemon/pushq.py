@@ -17,9 +17,10 @@ when it does not exist there or holds only our commits, so a bare remote made wi
 ``git init --bare -b master`` gives a full work tree on clone.
 
 Success reports exactly the generations of that attempt through ``on_pushed(remote, gens)``,
-once per (remote, gen) for the life of the queue. Enqueues are accepted at any time. Attempts
-run as apscheduler jobs (one job id per remote: a remote never has two pushes at once; remotes
-push in parallel). ``on_change()`` is called after every change :meth:`status` would show
+once per (remote, gen) for the life of the queue. Enqueues are accepted at any time. Pushes
+run in apscheduler jobs, one job id per remote: a job pushes until nothing is pending or an
+attempt fails, and a failure schedules the retry (a remote never has two pushes at once;
+remotes push in parallel). ``on_change()`` is called after every change :meth:`status` would show
 (at most twice a second for progress). Callbacks never run under the queue's lock.
 
 The queue is in memory: the caller persists COMMITTED/PUSHED (the WAL) and enqueues again after
@@ -294,13 +295,18 @@ class PushQueue:
         if self._scheduler is None:
             return  # start() schedules whatever is pending
         state.scheduled = True
+        # A retry is scheduled from inside the attempt that failed: with apscheduler's
+        # default of one instance per job, a retry due before that attempt has returned
+        # would be skipped and the queue would stall. Extra instances return at once
+        # (``running``), so pushes stay one at a time.
         self._scheduler.add_job(
             self._attempt, "date", args=[state.config.name], id=state.job_id,
             run_date=datetime.now(timezone.utc) + timedelta(seconds=delay),
-            replace_existing=True, misfire_grace_time=None, coalesce=True,
+            replace_existing=True, misfire_grace_time=None, coalesce=True, max_instances=8,
             name=f"push to {state.config.name}")
 
     def _attempt(self, name: str) -> None:
+        """Push until nothing is pending or an attempt fails (then retry after its delay)."""
         with self._cond:
             state = self._remotes[name]
             state.scheduled = False
@@ -309,7 +315,12 @@ class PushQueue:
             state.running = True
         delay = 0.0
         try:
-            delay = self._sync_and_push(state)
+            while True:
+                delay = self._sync_and_push(state)
+                with self._cond:
+                    if delay or not state.pending or self._scheduler is None:
+                        break
+                self._changed()
         finally:
             with self._cond:
                 state.running = False
@@ -399,7 +410,7 @@ class PushQueue:
             state.last_delay = delay
             state.next_retry = self._clock() + delay
             state.synced = False
-            flight = state.in_flight
+            flight, state.in_flight = state.in_flight, None
             if flight is not None:
                 state.history.append(self._record(flight.gens, flight.bytes, False,
                                                   time.monotonic() - flight.mono, str(err)))
@@ -433,6 +444,7 @@ class PushQueue:
                                     else state.last_pushed)
             if sent:
                 state.history.append(self._record(batch, pushed_bytes, True, seconds))
+            state.in_flight = None
         log.info("pushed %d generation(s) to %s: %s..%s", len(batch), name, batch[0], batch[-1])
         if report:
             try:

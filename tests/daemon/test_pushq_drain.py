@@ -5,6 +5,7 @@ killed, a stalled one is killed and retried; a remote whose HEAD names ``master`
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -140,6 +141,27 @@ def push_one_through(repo, proxy: ThrottledProxy, name: str, seen: list | None =
     finally:
         proxy.stop()
     return queue.status()[name]["history"], reports
+
+
+class LingeringQueue(PushQueue):
+    """Each attempt's job returns late, after it scheduled the next one (a busy machine)."""
+
+    def _attempt(self, name: str) -> None:
+        super()._attempt(name)
+        time.sleep(0.3)
+
+
+def test_an_attempt_that_returns_late_does_not_stall_the_queue(repo, bare_remote_with_log):
+    bare, _ = bare_remote_with_log
+    commit_random(repo, range(1, 5), 1000)
+    reports = Reports()
+    queue = LingeringQueue(repo, (RemoteConfig("b", str(bare)),), FAST, on_pushed=reports,
+                           run=RUN, max_batch=1)
+    with queue:
+        for gen in range(1, 5):
+            queue.enqueue(gen)
+        assert queue.flush(30)
+    assert reports.calls == [("b", [1]), ("b", [2]), ("b", [3]), ("b", [4])]
 
 
 def test_a_slow_remote_that_progresses_is_not_killed(repo, git_daemon):
