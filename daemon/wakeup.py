@@ -31,6 +31,8 @@ class Waker:
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def set(self) -> None:
+        if self._write < 0:
+            return  # closed: never write into a descriptor number reused since
         with contextlib.suppress(BlockingIOError, OSError):  # full: it is rung already
             os.write(self._write, b"!")
 
@@ -47,8 +49,9 @@ class Waker:
                 pass
 
     def close(self) -> None:
-        for fd in (self._read, self._write):
-            with contextlib.suppress(OSError):
+        fds, self._read, self._write = (self._read, self._write), -1, -1
+        for fd in fds:
+            if fd >= 0:
                 os.close(fd)
 
 
