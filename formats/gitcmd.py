@@ -2,7 +2,8 @@
 
 Every call runs the real ``git`` with the caller's environment plus :data:`GIT_ENV` (never a
 password prompt), in a process group of its own, so that whatever git starts (``pack-objects``,
-``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is killed with it:
+``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is ended with it (leaves
+first, so each parent fails and cleans up as on any error; SIGKILL after a grace time):
 
 * on a wall-clock ``timeout``, on a ``stall`` (for that many seconds no byte on stdout or
   stderr, and no byte read, written or drained from a socket by any process of the group:
@@ -10,8 +11,8 @@ password prompt), in a process group of its own, so that whatever git starts (``
   a send buffer to a slow link counts too), on a ``cancel``, on any error in the caller, and
   when a streamed blob is closed early;
 * when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
-  guard process holds the list of live groups and kills them when its pipe from the owner
-  closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
+  guard process holds the live groups (and their output pipes) and ends them when its channel
+  from the owner closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
 
 Failures raise :class:`GitError` (or the ``error`` subclass given, e.g. ``PushError``) reading
 ``WHERE: git WHAT failed: SUMMARY``, where SUMMARY is the last lines git printed (or how it
