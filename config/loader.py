@@ -17,13 +17,16 @@ SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
-SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold"}
+SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold", "push.batch_bytes"}
 CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
            "daemon.log_level": ("debug", "info", "warning", "error"),
-           "daemon.log_format": ("text", "json"), "repo.delta": ("auto", "always", "never")}
+           "daemon.log_format": ("text", "json"), "repo.delta": ("auto", "always", "never"),
+           "daemon.cpu_policy": ("batch", "normal"),
+           "daemon.io_class": ("best-effort", "idle", "none")}
 MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max": 1,
            "push.backoff_initial": 0.0, "push.backoff_max": 0.0, "push.backoff_factor": 1.0,
-           "push.jitter": 0.0, "push.timeout": 1.0, "daemon.poll_interval": 0.05,
+           "push.jitter": 0.0, "push.timeout": 0.0, "daemon.poll_interval": 0.05,
+           "push.stall_timeout": 1.0, "push.batch_bytes": 1, "repo.gc_interval": 0.0,
            "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0,
            "daemon.max_attempts": 1, "daemon.retry_initial": 0.0, "daemon.retry_max": 0.0,
            "daemon.abandon_after": 0.0}

@@ -18,9 +18,12 @@ class DaemonConfig:
     state_dir: str = "state"          # daemon-private: push queue, status, lock
     log_level: str = "info"
     log_format: str = "text"          # text | json
-    poll_interval: float = 2.0        # seconds between WAL rescans (watchdog wakes it earlier)
-    nice: int = 19                    # CPU niceness of the daemon and its git children: training
-                                      # keeps the CPU, snapshots use idle cycles
+    poll_interval: float = 60.0       # safety rescan of the WAL; watchdog wakes it at once
+    nice: int = 10                    # CPU niceness of the daemon and its git children: below
+                                      # training, never starved (19 got ~1.5% of a busy core)
+    cpu_policy: str = "batch"         # batch (never preempts training on wake-up) | normal
+    io_class: str = "best-effort"     # best-effort (lowest level) | idle (only when no other
+                                      # I/O: can starve) | none (inherit)
     max_attempts: int = 3             # tries of a generation whose data or ledger keeps failing,
                                       # then DROPPED reason=failed (disk and git outages are
                                       # retried without limit: they fail every generation alike)
@@ -74,6 +77,9 @@ class RepoConfig:
     compression: int = 0              # git zlib level: base64 of float weights barely
                                       # compresses (~75% at best) and zlib runs at ~30 MB/s
     delta: str = "auto"               # git delta search: auto (skip dense shards) | always | never
+    gc_interval: float = 3600.0       # seconds between work-repository cleanups (0: never):
+                                      # history older than the last `retention` generations
+                                      # that every remote has is forgotten locally
     remotes: tuple[RemoteConfig, ...] = ()
 
 
@@ -83,7 +89,10 @@ class PushConfig:
     backoff_max: float = 300.0
     backoff_factor: float = 2.0
     jitter: float = 0.2               # +- fraction of each delay
-    timeout: float = 120.0            # seconds for one git push
+    stall_timeout: float = 120.0      # seconds without progress before a push is aborted
+    timeout: float = 0.0              # wall-clock seconds for one git push (0: no limit)
+    batch_bytes: int = 256 << 20      # bytes per git push: the oldest pending generation,
+                                      # then each next one while the sum fits
 
 
 @dataclass(frozen=True)

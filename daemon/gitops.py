@@ -1,8 +1,8 @@
 """The snapshot repository: commit a generation atomically, tag it, push it to remotes.
 
-Every operation runs the real ``git`` through gitpython's command wrapper (``Repo.git``); the
-pure-Python index and object writers of gitpython are not used, so what lands in the repository
-is exactly what ``git`` itself would write.
+Every operation runs the real ``git`` through :func:`snapops.formats.gitcmd.run_git` (its own
+process group, killed with the daemon; stall detection for pushes); nothing is written by a
+reimplementation, so what lands in the repository is exactly what ``git`` itself would write.
 
 A generation is committed with plumbing, in an order that never leaves a partial commit:
 
@@ -19,34 +19,38 @@ same call repeated later starts again from step 1. If the tag exists, the call r
 without committing again; if the branch tip already is this generation's commit but the tag is
 missing (a crash inside step 4), the tip is tagged instead of committing twice.
 
+A push sends chosen generations only: the branch goes to the newest of them (not to the tip),
+with their tags, in one ``--atomic`` push, so a backlog is sent oldest first in pieces that each
+complete. Its time limit is a stall limit (no progress output for that long), not a wall clock.
+
 >>> repo = SnapshotRepo("snapshot-repo", branch="main")
 >>> sha = repo.commit_generation(["snapshots/run1/MANIFEST"], "gen 1", "run1/gen-000001")
->>> repo.push("/srv/remote.git", ["run1/gen-000001"], timeout=60)
+>>> repo.push("/srv/remote.git", ["run1/gen-000001"], branch_commit=sha, stall=120)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
-import git
-
+from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
+from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
-__all__ = ["SnapshotRepo", "redact_url", "resolve_url"]
+__all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
 
-# Environment for every git call: never wait for a password on a terminal, take paths literally.
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+# The daemon's paths are literal paths, never pathspec magic.
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
-_SUMMARY_LINES = 4
-_SUMMARY_CHARS = 600
+# HTTP(S) remotes also abort on their own below 1 byte/s for the stall time.
+_LOW_SPEED = ("-c", "http.lowSpeedLimit=1", "-c", "http.lowSpeedTime={stall}")
 
 
 def resolve_url(url: str) -> str:
@@ -59,38 +63,14 @@ def resolve_url(url: str) -> str:
     return os.path.abspath(url)
 
 
-def _killed(err: BaseException | None) -> bool:
-    """Whether a git command ended by a signal (so it could not clean up its lock files)."""
-    status = getattr(err, "status", None)
-    return isinstance(err, git.GitCommandError) and isinstance(status, int) and status < 0
+@dataclass(frozen=True)
+class RemoteRefs:
+    """What ``git ls-remote --symref`` says about a remote: where its HEAD points (a ref name,
+    or None when HEAD does not resolve), its branches and its tags (name -> object id)."""
 
-
-def _summary(err: BaseException) -> str:
-    """The last few meaningful lines git printed (stderr, then stdout), on one line."""
-    if isinstance(err, git.GitCommandError):
-        texts = [err.stderr, err.stdout]
-    else:
-        texts = [str(err)]
-    lines: list[str] = []
-    for text in texts:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        text = (text or "").strip()
-        for prefix in ("stderr: ", "stdout: "):
-            text = text.removeprefix(prefix)
-        lines += [ln.strip(" '\t") for ln in text.splitlines() if ln.strip(" '\t")]
-    if isinstance(err, git.GitCommandError) and isinstance(err.status, int) and err.status < 0:
-        try:
-            name = signal.Signals(-err.status).name
-        except ValueError:
-            name = f"signal {-err.status}"
-        lines.append(f"git was killed by {name}")
-    elif isinstance(err, git.GitCommandError) and not lines:
-        lines = [f"exit status {err.status}"]
-    if len(lines) > _SUMMARY_LINES:  # git's first line names the cause, the last ones the end
-        lines = lines[:1] + ["..."] + lines[-(_SUMMARY_LINES - 1):]
-    text = " | ".join(lines)
-    return text if len(text) <= _SUMMARY_CHARS else "..." + text[-_SUMMARY_CHARS:]
+    head: str | None = None
+    heads: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class SnapshotRepo:
@@ -98,7 +78,7 @@ class SnapshotRepo:
 
     The branch must be the checked-out one (HEAD). Methods are thread-safe: commits are
     serialized by a lock; pushes and reads run concurrently with them (git's own ref locking
-    keeps a concurrent push consistent).
+    keeps a concurrent push consistent); :meth:`maintenance` excludes both.
 
     >>> repo = SnapshotRepo(tmp / "repo")
     >>> repo.head_file("ledger/run1.ledger") is None
@@ -109,35 +89,42 @@ class SnapshotRepo:
                  author_name: str = "snapops", author_email: str = "snapops@localhost") -> None:
         self.path = Path(path).absolute()
         self.branch = branch
-        self._lock = threading.Lock()
-        self._git = git.Git()  # for the name check, before a repository is there
+        self._lock = threading.Lock()           # commits (and maintenance)
+        self._pushes = 0                        # pushes running
+        self._maintaining = False
+        self._activity = threading.Condition()  # guards the two fields above
         self._check_ref(f"refs/heads/{branch}", "branch")
-        self._repo = self._open_or_init()
-        self._git = self._repo.git
+        self.git_dir = self._open_or_init()
         self._set_identity(author_name, author_email)
         self._check_head()
 
     # -- setup -----------------------------------------------------------------------------
 
-    def _open_or_init(self) -> git.Repo:
+    def _open_or_init(self) -> Path:
+        """The repository's git folder, after creating the repository if there is none."""
+        # Only the folder itself may be the repository, never one of its parents.
+        ceiling = {"GIT_CEILING_DIRECTORIES": str(self.path.parent)}
+        if self.path.is_dir():
+            found = self._run("rev-parse", "--is-bare-repository", "--absolute-git-dir",
+                              check=False, env=ceiling)
+            if found is not None:
+                return self._opened(*found.splitlines()[:2])
         try:
-            repo = git.Repo(self.path)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-            try:
-                self.path.mkdir(parents=True, exist_ok=True)
-                return git.Repo.init(self.path, initial_branch=self.branch)
-            except (OSError, git.GitCommandError) as err:
-                raise GitError(f"{self.path}: cannot create the snapshot repository: "
-                               f"{_summary(err)}") from err
-        if repo.bare or repo.working_tree_dir is None:
-            repo.close()
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise GitError(f"{self.path}: cannot create the snapshot repository: "
+                           f"{err.strerror or err}") from err
+        self._run("init", "-q", "-b", self.branch, what="init (create the snapshot repository)")
+        return self.path / ".git"
+
+    def _opened(self, bare: str, git_dir: str) -> Path:
+        if bare == "true":
             raise GitError(f"{self.path}: is a bare repository; the snapshot repository "
                            "needs a work tree")
-        if Path(repo.working_tree_dir).resolve() != self.path.resolve():
-            repo.close()
-            raise GitError(f"{self.path}: not the top of a work tree "
-                           f"(top is {repo.working_tree_dir})")
-        return repo
+        top = self._run("rev-parse", "--show-toplevel", what="rev-parse")
+        if Path(top).resolve() != self.path.resolve():
+            raise GitError(f"{self.path}: not the top of a work tree (top is {top})")
+        return Path(git_dir)
 
     def _set_identity(self, name: str, email: str) -> None:
         wanted = {"user.name": name, "user.email": email, "core.autocrlf": "false"}
@@ -160,8 +147,7 @@ class SnapshotRepo:
                        f"check out {self.branch!r} or configure repo.branch")
 
     def close(self) -> None:
-        """Release gitpython's cached helper processes (safe to call more than once)."""
-        self._repo.close()
+        """Nothing to release (every git call is its own process); kept for ``with``."""
 
     def __enter__(self) -> "SnapshotRepo":
         return self
@@ -171,35 +157,22 @@ class SnapshotRepo:
 
     # -- low level ---------------------------------------------------------------------------
 
-    def _run(self, *args: str, what: str | None = None, check: bool = True,
-             data: bytes | None = None, raw: bool = False, env: dict | None = None,
-             timeout: float | None = None, error: type[GitError] = GitError,
-             context: str | None = None):
-        """Run ``git args`` in the work tree; stdout as str (or bytes if ``raw``).
+    def _result(self, *args: str, what: str | None = None, check: bool = True,
+                data: bytes | None = None, env: dict | None = None, cwd=None,
+                error: type[GitError] = GitError, context: str | None = None,
+                **limits) -> GitResult:
+        """Run ``git args`` in the work tree (or ``cwd``); raise ``error`` on failure."""
+        return run_git(args, cwd=self.path if cwd is None else cwd, input=data, env=env,
+                       check=check, error=error, what=what or args[0],
+                       where=context or str(self.path), **limits)
 
-        ``check=False``: return None instead of raising on a non-zero exit.
-        """
-        stdin = None
-        try:
-            if data is not None:
-                stdin = tempfile.TemporaryFile()
-                stdin.write(data)
-                stdin.seek(0)
-            out = self._git.execute(
-                ["git", *args], istream=stdin, env={**_ENV, **(env or {})},
-                stdout_as_string=not raw, strip_newline_in_stdout=not raw,
-                kill_after_timeout=timeout)
-        except git.GitCommandError as err:
-            if not check:
-                return None
-            where = context or str(self.path)
-            raise error(f"{where}: git {what or args[0]} failed: {_summary(err)}") from err
-        except OSError as err:
-            raise error(f"{context or self.path}: git {what or args[0]} failed: {err}") from err
-        finally:
-            if stdin is not None:
-                stdin.close()
-        return out
+    def _run(self, *args: str, check: bool = True, raw: bool = False, **options):
+        """stdout of ``git args`` as str without the final newline (bytes if ``raw``);
+        ``check=False``: None instead of an error when git fails."""
+        result = self._result(*args, check=check, **options)
+        if not result.ok:
+            return None
+        return result.stdout if raw else result.text
 
     def _rev(self, spec: str) -> str | None:
         """The object a revision names, or None if it does not exist."""
@@ -207,7 +180,7 @@ class SnapshotRepo:
         return out or None
 
     def _check_ref(self, ref: str, kind: str) -> None:
-        if self._run("check-ref-format", ref, check=False) is None:
+        if self._run("check-ref-format", ref, check=False, cwd=self.path.anchor) is None:
             raise GitError(f"{self.path}: invalid {kind} name {ref!r}")
 
     def _check_path(self, rel: str) -> str:
@@ -247,6 +220,10 @@ class SnapshotRepo:
         if self._run("cat-file", "-e", spec, check=False) is None:
             return None
         return self._run("cat-file", "blob", spec, raw=True, what="cat-file")
+
+    def tag_object(self, tag: str) -> str | None:
+        """The object ``refs/tags/<tag>`` names (the annotated tag itself), or None."""
+        return self._rev(f"refs/tags/{tag}")
 
     def tag_commit(self, tag: str) -> str | None:
         """The commit sha ``tag`` points at (through annotated tags), or None."""
@@ -289,7 +266,7 @@ class SnapshotRepo:
                 self._stage(rels)
                 return self._write_commit_and_tag(parent, message, tag)
             except GitError as err:
-                if _killed(err.__cause__):
+                if isinstance(err.__cause__, GitExit) and err.__cause__.killed:
                     # Our git died holding its lock files; left there, they would fail every
                     # later commit. Only locks created during this attempt are removed.
                     self._remove_locks(self._our_locks(tag), newer_than=started - 1.0)
@@ -297,7 +274,7 @@ class SnapshotRepo:
                 raise
 
     def _our_locks(self, tag: str) -> list[Path]:
-        gitdir = Path(self._repo.git_dir)
+        gitdir = self.git_dir
         return [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
                 gitdir / "refs" / "heads" / f"{self.branch}.lock",
                 gitdir / "refs" / "tags" / f"{tag}.lock"]
@@ -328,7 +305,7 @@ class SnapshotRepo:
         >>> repo.clear_stale_locks(min_age=0)
         ['/srv/snap/.git/index.lock']
         """
-        gitdir = Path(self._repo.git_dir)
+        gitdir = self.git_dir
         candidates = [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
                       *(gitdir / "refs").rglob("*.lock")]
         with self._lock:
@@ -383,33 +360,191 @@ class SnapshotRepo:
 
     # -- remotes -----------------------------------------------------------------------------
 
-    def push(self, remote_url: str, refs: Iterable[str], *, timeout: float) -> None:
-        """Push the branch and the tags ``refs`` (names or ``refs/tags/...``) to ``remote_url``.
+    def push(self, remote_url: str, refs: Iterable[str], *, branch_commit: str | None = None,
+             also_branches: Iterable[str] = (), stall: float | None = None,
+             timeout: float | None = None, on_line: Callable[[str], None] | None = None,
+             cancel: threading.Event | None = None) -> None:
+        """Push the tags ``refs`` (names or ``refs/tags/...``) and the branch to ``remote_url``.
 
-        Never forces; a rejected ref, an unreachable remote or ``timeout`` seconds elapsing
-        (git and its helpers are killed) raise PushError naming the remote and git's message.
+        The branch goes to ``branch_commit`` (default: the tip), and so does every branch in
+        ``also_branches`` (full ref names). One ``--atomic`` push: every ref or none. Never
+        forces. ``stall``: seconds without progress output before git and its helpers are
+        killed (HTTP remotes also get ``http.lowSpeedTime``); ``timeout``: a wall-clock limit
+        (None: none); ``on_line`` receives git's progress lines; ``cancel`` set aborts it. A
+        rejected ref, an unreachable remote, a stall, a timeout or a cancel raise PushError
+        naming the remote.
 
-        >>> repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], timeout=30)
+        >>> repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], stall=60)
         """
+        commit = branch_commit if branch_commit is not None else self.head_commit()
         specs = []
-        if self.head_commit() is not None:
-            specs.append(f"refs/heads/{self.branch}:refs/heads/{self.branch}")
+        if commit is not None:
+            specs += [f"{commit}:{ref}" for ref in
+                      dict.fromkeys([f"refs/heads/{self.branch}", *also_branches])]
         for ref in refs:
             full = ref if ref.startswith("refs/") else f"refs/tags/{ref}"
             specs.append(f"{full}:{full}")
         if not specs:
             return
-        shown = redact_url(remote_url)
-        self._run("push", "--porcelain", resolve_url(remote_url), *specs, timeout=timeout,
-                  error=PushError, context=f"push to {shown}", what=f"push ({len(specs)} refs)")
+        config = [part.format(stall=max(1, round(stall))) for part in _LOW_SPEED] if stall else []
+        with self._pushing():
+            self._result(*config, "push", "--porcelain", "--progress", "--atomic",
+                         resolve_url(remote_url), *specs, what=f"push ({len(specs)} refs)",
+                         stall=stall, timeout=timeout, on_line=on_line, cancel=cancel,
+                         **self._remote_error("push to", remote_url))
 
-    def remote_tags(self, remote_url: str, *, timeout: float = 60.0) -> set[str]:
-        """Names of the tags present on ``remote_url`` (``git ls-remote --tags``)."""
-        out = self._run("ls-remote", "--tags", "--refs", resolve_url(remote_url), timeout=timeout,
-                        error=PushError, context=f"ls-remote {redact_url(remote_url)}")
-        tags = set()
+    def _remote_error(self, action: str, remote_url: str) -> dict:
+        """Error options for a command that names ``remote_url``: the message shows it
+        redacted, and git's own output has it redacted too."""
+        shown = redact_url(remote_url)
+        return {"error": PushError, "context": f"{action} {shown}",
+                "redact": {remote_url: shown, resolve_url(remote_url): shown}}
+
+    def remote_refs(self, remote_url: str, *, stall: float | None = 60.0) -> RemoteRefs:
+        """The remote's HEAD, branches and tags (``git ls-remote --symref``); PushError if it
+        cannot be reached.
+
+        >>> repo.remote_refs("/srv/remote.git").head
+        'refs/heads/main'
+        """
+        out = self._run("ls-remote", "--symref", resolve_url(remote_url), stall=stall,
+                        **self._remote_error("ls-remote", remote_url))
+        refs = RemoteRefs()
+        head = None
         for line in out.splitlines():
-            _, _, ref = line.partition("\t")
-            if ref.startswith("refs/tags/"):
-                tags.add(ref[len("refs/tags/"):])
-        return tags
+            oid, _, name = line.partition("\t")
+            if oid.startswith("ref: ") and name == "HEAD":
+                head = oid[len("ref: "):]
+            elif name.startswith("refs/heads/"):
+                refs.heads[name] = oid
+            elif name.startswith("refs/tags/") and not name.endswith("^{}"):
+                refs.tags[name[len("refs/tags/"):]] = oid
+        return RemoteRefs(head if head in refs.heads else None, refs.heads, refs.tags)
+
+    def remote_tags(self, remote_url: str, *, stall: float | None = 60.0) -> set[str]:
+        """Names of the tags present on ``remote_url``."""
+        return set(self.remote_refs(remote_url, stall=stall).tags)
+
+    def remote_unborn_head(self, remote_url: str, *, stall: float | None = 60.0) -> str | None:
+        """The branch a remote's HEAD names when that branch does not exist there (a bare
+        repository made with ``-b master`` that only ever received ``main``), else None.
+
+        ``ls-remote`` does not print an unborn HEAD; ``clone`` learns it and names its own
+        HEAD after it. Cloning only the unborn branch transfers no object.
+        """
+        with tempfile.TemporaryDirectory(prefix="snapops-head-") as tmp:
+            probe = Path(tmp) / "probe.git"
+            cloned = self._result("clone", "-q", "--bare", "--no-local", "--single-branch",
+                                  "--depth", "1", "--no-tags", resolve_url(remote_url),
+                                  str(probe), check=False, stall=stall,
+                                  **self._remote_error("probe HEAD of", remote_url))
+            if not cloned.ok:
+                return None
+            head = self._run("symbolic-ref", "-q", "HEAD", check=False, cwd=probe)
+        return head if head and head.startswith("refs/heads/") else None
+
+    def is_ours(self, commit: str) -> bool:
+        """Whether ``commit`` is on our branch (a remote branch there holds only our work)."""
+        return self._run("merge-base", "--is-ancestor", commit, f"refs/heads/{self.branch}",
+                         check=False) is not None
+
+    def generation_bytes(self, tag: str) -> int | None:
+        """Bytes a push of ``tag`` sends when the remote has its parent: the size on disk
+        of the objects its commit adds (``rev-list --disk-usage``); None without the tag."""
+        commit = self.tag_commit(tag)
+        if commit is None:
+            return None
+        out = self._run("rev-list", "--objects", "--disk-usage", f"{commit}^!", check=False)
+        return int(out) if out and out.isdigit() else None
+
+    @contextlib.contextmanager
+    def _pushing(self) -> Iterator[None]:
+        with self._activity:
+            self._activity.wait_for(lambda: not self._maintaining)
+            self._pushes += 1
+        try:
+            yield
+        finally:
+            with self._activity:
+                self._pushes -= 1
+                self._activity.notify_all()
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[bool]:
+        """Yield True with no commit and no push running (none can start until the block
+        ends), or False at once when one is running: maintenance never waits for a push."""
+        if not self._lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            with self._activity:
+                self._maintaining = not self._pushes
+            if not self._maintaining:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                with self._activity:
+                    self._maintaining = False
+                    self._activity.notify_all()
+        finally:
+            self._lock.release()
+
+    def forget_history(self, keep_from: str, drop_tags: Iterable[str]) -> dict | None:
+        """Keep the local history from commit ``keep_from`` on and delete what only older
+        commits and ``drop_tags`` used: the work repository stays bounded.
+
+        ``keep_from`` becomes a shallow boundary (``.git/shallow``: git treats its parents as
+        absent), the tags are deleted, reflogs expired and unreachable objects pruned (packs,
+        if any, rewritten without them). Only for history every remote already has: a shallow
+        repository pushes to a remote holding the older commits, not to an empty one. Returns
+        None (doing nothing) while a commit or push runs; else the sizes before and after.
+
+        >>> repo.forget_history(repo.tag_commit("run1/gen-000040"), ["run1/gen-000039"])
+        {'before': 1503238553, 'after': 187904819}
+        """
+        with self._exclusive() as free:
+            if not free:
+                return None
+            if not self.is_ours(keep_from):
+                raise GitError(f"{self.path}: {keep_from} is not on {self.branch}; "
+                               "history not cut")
+            before = self._object_bytes()
+            listed = self._run("for-each-ref", "--format=%(refname)", "refs/tags/")
+            present = set(listed.splitlines())
+            doomed = [ref for ref in (f"refs/tags/{t}" for t in drop_tags) if ref in present]
+            if not doomed and keep_from in self._shallow():
+                return {"before": before, "after": before}  # cut here already
+            if doomed:
+                self._run("update-ref", "--stdin", what="update-ref (drop old tags)",
+                          data="".join(f"delete {ref}\n" for ref in doomed).encode())
+            self._add_shallow(keep_from)
+            self._run("reflog", "expire", "--expire=now", "--all", what="reflog expire")
+            self._run("prune", "--expire=now", what="prune")
+            if self._object_counts().get("packs", "0") != "0":
+                self._run("repack", "-a", "-d", "-q", what="repack")
+            return {"before": before, "after": self._object_bytes()}
+
+    def _shallow(self) -> list[str]:
+        try:
+            return (self.git_dir / "shallow").read_text().split()
+        except FileNotFoundError:
+            return []
+
+    def _add_shallow(self, commit: str) -> None:
+        # Older boundaries stay: another run's tag may still reach them.
+        lines = sorted(set(self._shallow()) | {commit})
+        atomic_write_bytes(self.git_dir / "shallow",
+                           "".join(f"{line}\n" for line in lines).encode())
+
+    def _object_counts(self) -> dict[str, str]:
+        out = self._run("count-objects", "-v", what="count-objects")
+        return dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+
+    def _object_bytes(self) -> int:
+        """Bytes of loose objects and packs on disk."""
+        counts = self._object_counts()
+        return 1024 * (int(counts.get("size", 0)) + int(counts.get("size-pack", 0)))

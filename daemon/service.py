@@ -1,11 +1,14 @@
 """The snapops daemon: WAL -> spool -> serialize/seal -> ledger -> commit -> push queue.
 
-One process per snapshot repository (a lock file enforces it). The main loop wakes on
-watchdog events in the spool folder (or every ``poll_interval``), folds new WAL records
-through the lifecycle table and advances every generation it can, in gen order. Every step
+One process per snapshot repository (a lock file enforces it). The main loop sleeps until
+something can be new (:mod:`.wakeup`): the WAL grew (watchdog), the push queue changed, a
+retry or a cleanup is due, or the long safety interval ``poll_interval`` passed. It then folds
+new WAL records through the lifecycle table and advances every generation it can, in gen
+order; a wake-up with nothing new runs no git, reads no WAL and writes no status. Every step
 it finishes is a WAL record, so a restart (after SIGKILL, power loss, ...) resumes exactly:
 serialization is deterministic and starts from the last commit, commits are idempotent by
-tag, and committed generations go back into the resend queue.
+tag, and committed generations go back into the resend queue. git children die with the
+daemon (:data:`snapops.formats.gitcmd.children`).
 """
 
 from __future__ import annotations
@@ -22,19 +25,25 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
+from snapops.formats.gitcmd import children
 
 from .client import WAL_NAME
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
+from .maintenance import maintain
+from .priority import lower_priority
 from .redact import redact_data, redact_url
 from .serialize import Sealing, ledger_path, run_dir, serialize_generation
 from .spool import Spool, spool_files, spool_name
+from .wakeup import Waker, watch_file
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
-from .worktree import configure_repo, restore_paths, set_delta_attributes
+from .worktree import ATTRIBUTES, configure_repo, restore_paths, write_delta_attributes
 from .writers import DEFAULT_WRITER, retire_unfinished, try_writer_lock
 
 log = logging.getLogger("snapops.daemon")
 MAX_FAILURES = 20
 UNFINISHED = (REQ, SPOOLED, SERIALIZED)
+STATUS_EVERY = 1.0      # seconds between status.json rewrites while a push reports progress
+MAINTENANCE_RETRY = 60.0  # seconds before a cleanup skipped for a running push is tried again
 
 
 class DaemonLocked(SnapopsError):
@@ -50,7 +59,14 @@ class Daemon:
         self.repo_dir = resolve(config, config.repo.path)
         self.stop_event = threading.Event()
         self.signalled = False  # set by the signal handler: no locks in a handler
-        self.wake = threading.Event()
+        self.wake = Waker()
+        self.wakeups = 0          # returns from the idle wait
+        self.steps = 0            # passes that looked at the WAL
+        self._stepped_size = -1   # WAL size seen by the last step
+        self._stepped_at = 0.0    # clock() when the last step began
+        self._status_dirty = False
+        self._status_due = 0.0    # time.monotonic() of the next allowed status rewrite
+        self._maintenance_at: float | None = None  # clock() time a cleanup is due
         self.state = WalState()
         self.failures: list[dict] = []
         self.retry_at = 0.0
@@ -65,10 +81,12 @@ class Daemon:
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
         from .gitops import SnapshotRepo
-        from .pushq import PushQueue
 
         self._install_signals()  # first: a SIGTERM during start-up must still stop cleanly
-        _lower_priority(self.config.daemon.nice)
+        applied = lower_priority(nice=self.config.daemon.nice,
+                                 cpu_policy=self.config.daemon.cpu_policy,
+                                 io_class=self.config.daemon.io_class)
+        children.start()  # before the first git: none may outlive us
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)  # status and queue name remotes: private
@@ -81,8 +99,7 @@ class Daemon:
                                  author_name=self.config.repo.author_name,
                                  author_email=self.config.repo.author_email)
         self.remotes = {r.name for r in self.config.repo.remotes}
-        self.pushq = PushQueue(self.repo, self.config.repo.remotes, self.config.push,
-                               on_pushed=self._on_pushed, run=self.config.snapshot.run)
+        self.pushq = self._push_queue()
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
         observer = self._watch()
@@ -92,23 +109,105 @@ class Daemon:
                 missing = self.remotes - gen.pushed
                 if missing:
                     self.pushq.enqueue(gen.gen, remotes=sorted(missing))
+            self.scheduler.start()
+            self._schedule_maintenance()
             self.pushq.start()
-            log.info("daemon started: spool=%s repo=%s remotes=%s", self.spool_dir,
-                     self.repo_dir, ",".join(sorted(self.remotes)) or "-")
-            while not self.stopping():
-                self.step()
-                self._idle(self.config.daemon.poll_interval)
+            log.info("daemon started: spool=%s repo=%s remotes=%s (%s)", self.spool_dir,
+                     self.repo_dir, ",".join(sorted(self.remotes)) or "-",
+                     ", ".join(applied) or "priority unchanged")
+            self.step()  # whatever the WAL left to do
+            self._serve()
         finally:
             log.info("daemon stopping")
-            if observer is not None:
-                observer.stop()
-                observer.join()
+            observer.stop()
+            observer.join()
             self.pushq.stop(wait=True)
+            if self.scheduler.running:
+                self.scheduler.shutdown(wait=True)
+            children.stop()
             self._sync_state()
             self.write_status()
             self.wal.close()
             os.close(lock)
+            self.wake.close()
         return 0
+
+    def _push_queue(self):
+        """The resend queue, on a scheduler shared with the cleanup job (started later)."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from .pushq import PushQueue
+
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        return PushQueue(self.repo, self.config.repo.remotes, self.config.push,
+                         on_pushed=self._on_pushed, run=self.config.snapshot.run,
+                         on_change=self._status_changed, scheduler=self.scheduler)
+
+    def _serve(self) -> None:
+        """Work only when something can be new; otherwise sleep (see the module docstring)."""
+        while not self.stopping():
+            if self._has_news():
+                self.step()
+            if self._maintenance_at is not None and self.clock() >= self._maintenance_at:
+                self._maintain()
+            if self._status_dirty and time.monotonic() >= self._status_due:
+                self.write_status()
+            self._idle(self._next_wake())
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self.spool_dir / WAL_NAME).st_size
+        except OSError:
+            return 0
+
+    def _has_news(self) -> bool:
+        """The WAL holds bytes no step has seen, or a retry of ready work is due."""
+        size = self._wal_size()
+        if size != self.reader.offset and size != self._stepped_size:
+            return True
+        retry = self._stepped_at < self.retry_at <= self.clock()
+        return retry and bool(self._ready())
+
+    def _next_wake(self) -> float:
+        """Seconds until the loop must look again even if nothing rings."""
+        now = self.clock()
+        wait = self.config.daemon.poll_interval
+        if self.retry_at > now:
+            wait = min(wait, self.retry_at - now)
+        if self._maintenance_at is not None:
+            wait = min(wait, self._maintenance_at - now)
+        if self._status_dirty:
+            wait = min(wait, self._status_due - time.monotonic())
+        return max(0.0, wait)
+
+    def _status_changed(self) -> None:
+        """The push queue changed what status shows (called from its threads)."""
+        self._status_dirty = True
+        self.wake.set()
+
+    def _schedule_maintenance(self) -> None:
+        interval = self.config.repo.gc_interval
+        if interval > 0:
+            self.scheduler.add_job(self._maintenance_due, "interval", seconds=interval,
+                                   id="snapops-maintenance", name="work repository cleanup",
+                                   coalesce=True, misfire_grace_time=None)
+
+    def _maintenance_due(self) -> None:
+        self._maintenance_at = self.clock()
+        self.wake.set()
+
+    def _maintain(self) -> None:
+        """Forget local history every remote has, beyond the retention ring (main thread:
+        the WAL state is read here only)."""
+        self._maintenance_at = None
+        try:
+            done = maintain(self.repo, self.state, self.remotes, self.config.repo.retention,
+                            self.config.snapshot.run)
+        except (GitError, OSError) as exc:
+            log.error("work repository cleanup failed: %s", exc)
+            return
+        if not done:  # a push or commit was running
+            self._maintenance_at = self.clock() + MAINTENANCE_RETRY
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -118,12 +217,10 @@ class Daemon:
         return self.signalled or self.stop_event.is_set()
 
     def _idle(self, seconds: float) -> None:
-        """Wait for a wake-up, in short slices so a signal is noticed within 0.2 s."""
-        deadline = time.monotonic() + seconds
-        while not self.stopping() and time.monotonic() < deadline:
-            if self.wake.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
-                break
-        self.wake.clear()
+        """Sleep until rung (a signal rings too) or ``seconds`` pass."""
+        if not self.stopping():
+            self.wake.wait(seconds)
+            self.wakeups += 1
 
     def _lock(self) -> int:
         fd = os.open(self.state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
@@ -138,29 +235,17 @@ class Daemon:
         return fd
 
     def _watch(self):
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:  # pragma: no cover - watchdog is a dependency
-            return None
-        wake = self.wake
-
-        class Wake(FileSystemEventHandler):
-            def on_any_event(self, event):
-                wake.set()
-
-        observer = Observer()
-        observer.schedule(Wake(), str(self.spool_dir), recursive=False)
-        observer.daemon = True
-        observer.start()
-        return observer
+        """Ring when the WAL changes; the daemon's own reads and other files never ring."""
+        return watch_file(self.spool_dir, WAL_NAME, self.wake.set)
 
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
         def request_stop(*_):
-            # Event.set() here could deadlock on a lock the interrupted main thread holds.
+            # No lock here (it could be held by the interrupted main thread): a flag and
+            # one write() to the wake-up pipe.
             self.signalled = True
+            self.wake.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
@@ -171,6 +256,9 @@ class Daemon:
             self.state.apply(record)
 
     def step(self) -> None:
+        self.steps += 1
+        self._stepped_size = self._wal_size()
+        self._stepped_at = self.clock()
         self._sync_state()
         self._retire_abandoned()
         if self.clock() >= self.retry_at:
@@ -249,7 +337,7 @@ class Daemon:
             self._record(COMMITTED, gen, commit=done, tag=tag)
             return done, tag
         restore_paths(self.repo_dir, self.config.repo.branch,
-                      [run_dir(self.config), ledger_path(self.config)])
+                      [run_dir(self.config), ledger_path(self.config), ATTRIBUTES])
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
         ts = meta.get("ts") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         written = serialize_generation(self.repo_dir, gen, arrays, ts, self.config,
@@ -258,8 +346,9 @@ class Daemon:
             self._record(SERIALIZED, gen, merkle=written.merkle_this)
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "
                    f"merkle_this={written.merkle_this}")
-        commit = self.repo.commit_generation(written.paths, message, tag)
-        set_delta_attributes(self.repo_dir, self.config.repo.delta, written.dense)
+        paths = written.paths + write_delta_attributes(
+            self.repo_dir, self.config.repo.delta, written.dense)
+        commit = self.repo.commit_generation(paths, message, tag)
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
         return commit, tag
 
@@ -379,18 +468,13 @@ class Daemon:
             waiting_for_spool=self.unspooled[:50]))
 
     def write_status(self) -> None:
+        self._status_dirty = False
+        self._status_due = time.monotonic() + STATUS_EVERY
         data = json.dumps(self.status(), indent=2, sort_keys=True).encode() + b"\n"
         try:
             atomic_write_bytes(self.state_dir / "status.json", data, mode=0o600)
         except OSError as exc:
             log.error("cannot write status: %s", exc)
-
-
-def _lower_priority(nice: int) -> None:
-    """Run (with git children) below the training process so it keeps the CPU."""
-    current = os.getpriority(os.PRIO_PROCESS, 0)
-    if nice > current:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 def status_from(state: WalState, remotes: set[str], **extra) -> dict:

@@ -1,4 +1,5 @@
-"""Reset the daemon's paths in the work tree to the branch tip before each generation.
+"""The daemon's work tree: reset its paths to the branch tip before each generation, the
+repository settings it relies on, and the ``.gitattributes`` it commits.
 
 After a crash the work tree may hold half of a generation (some shards rewritten, a ledger
 line appended). Serialization always starts from the last commit, so those paths are first
@@ -9,18 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-from snapops.formats.errors import GitError
+from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.gitcmd import GitResult, run_git
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-    if check and proc.returncode != 0:
-        raise GitError(f"{repo}: git {' '.join(args)} failed: {proc.stderr.strip()[:300]}")
-    return proc
+def _git(repo: Path, *args: str, check: bool = True) -> GitResult:
+    return run_git(args, cwd=repo, check=check, what=" ".join(args[:2]), where=str(repo))
 
 
 def restore_paths(repo: str | os.PathLike, branch: str, paths: list[str]) -> None:
@@ -38,24 +35,73 @@ def restore_paths(repo: str | os.PathLike, branch: str, paths: list[str]) -> Non
             _git(root, "checkout", f"refs/heads/{branch}", "--", rel)
 
 
+ATTRIBUTES = ".gitattributes"
+_BEGIN = "# >>> snapops: no git delta search for these (densely changed) shards >>>"
+_END = "# <<< snapops <<<"
+
+
 def configure_repo(repo: str | os.PathLike, compression: int) -> None:
-    """zlib level for loose objects and packs (see RepoConfig.compression)."""
+    """zlib level for loose objects and packs (see RepoConfig.compression); no automatic
+    ``git gc`` (the daemon prunes on its own schedule, never in the middle of a commit)."""
     root = Path(repo)
     for key in ("core.compression", "core.looseCompression", "pack.compression"):
         _git(root, "config", key, str(compression))
+    _git(root, "config", "gc.auto", "0")
+    _forget_local_delta_attributes(root)
 
 
-def set_delta_attributes(repo: str | os.PathLike, mode: str, dense: list[str]) -> None:
-    """Tell git's pack-objects which paths not to delta-search (.git/info/attributes: local,
-    never committed). Densely changed shards gain nothing from deltas but cost ~14 MB/s."""
-    root = Path(repo)
-    info = Path(_git(root, "rev-parse", "--git-path", "info").stdout.strip())
+def _forget_local_delta_attributes(root: Path) -> None:
+    """Older daemons wrote ``-delta`` lines to ``.git/info/attributes``, which outranks the
+    committed ``.gitattributes``: remove them."""
+    info = Path(_git(root, "rev-parse", "--git-path", "info/attributes").text)
     info = info if info.is_absolute() else root / info
-    info.mkdir(parents=True, exist_ok=True)
+    try:
+        lines = info.read_text().splitlines()
+    except FileNotFoundError:
+        return
+    kept = [line for line in lines if not line.endswith(" -delta")]
+    if kept != lines:
+        info.write_text("".join(f"{line}\n" for line in kept))
+
+
+def _pattern(path: str) -> str:
+    """A gitattributes pattern matching exactly the repository path ``path``."""
+    escaped = "".join(f"\\{c}" if c in "\\*?[" else c for c in path)
+    if any(c.isspace() or c == '"' for c in escaped):
+        quoted = escaped.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"/{quoted}"'
+    return f"/{escaped}"
+
+
+def write_delta_attributes(repo: str | os.PathLike, mode: str, dense: list[str]) -> list[str]:
+    """Write which shards git must not delta-search into the committed ``.gitattributes``
+    (a block of its own; other lines are kept), so every clone and every server that reads
+    attributes from the tree skips them too. Densely changed shards gain nothing from deltas
+    but cost ~14 MB/s of search. Returns the paths to commit.
+
+    >>> write_delta_attributes(repo, "auto", ["snapshots/run1/shards/0000.wtxt"])
+    ['.gitattributes']
+    """
+    path = Path(repo) / ATTRIBUTES
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = ""
+    lines = text.splitlines()
+    if _BEGIN in lines and _END in lines[lines.index(_BEGIN):]:
+        end = lines.index(_END, lines.index(_BEGIN))
+        lines = lines[:lines.index(_BEGIN)] + lines[end + 1:]
     if mode == "never":
-        lines = ["* -delta"]
+        block = ["* -delta"]
     elif mode == "always":
-        lines = []
+        block = []
     else:
-        lines = [f"/{path} -delta" for path in sorted(dense)]
-    (info / "attributes").write_text("".join(f"{line}\n" for line in lines))
+        block = [f"{_pattern(p)} -delta" for p in sorted(dense)]
+    if block:
+        lines += [_BEGIN, *block, _END]
+    new = "".join(f"{line}\n" for line in lines)
+    if not new:
+        path.unlink(missing_ok=True)
+    elif new != text:
+        atomic_write_bytes(path, new.encode())
+    return [ATTRIBUTES]

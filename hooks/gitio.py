@@ -1,5 +1,6 @@
 """Thin, typed access to the real ``git`` for hooks and CI (never faked, never gitpython here:
 hooks must see exactly what ``git`` sees, including GIT_INDEX_FILE and the quarantine area).
+Every call goes through :mod:`snapops.formats.gitcmd`, which inherits the hook's environment.
 
 A :class:`Tree` is either the index (what ``git commit`` is about to record) or a commit; both
 answer "which blob is at PATH" and "which files changed against a parent", so one checker serves
@@ -14,12 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from snapops.formats.errors import GitError
+from snapops.formats.gitcmd import open_git, run_git
 
 BLOB_MODES = ("100644", "100755")
 
@@ -45,15 +45,9 @@ class Git:
         self._facts: dict[str, str] = {}
 
     def run(self, *args: str, input: bytes | None = None, check: bool = True) -> bytes:
-        try:
-            proc = subprocess.run(["git", *args], cwd=self.cwd, input=input,
-                                  capture_output=True, check=False)
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror}") from exc
-        if check and proc.returncode != 0:
-            err = proc.stderr.decode("utf-8", "replace").strip()
-            raise GitError(f"git {' '.join(args[:3])} failed ({proc.returncode}): {err}")
-        return proc.stdout
+        """stdout of ``git args``; GitError when it fails (unless ``check`` is False)."""
+        return run_git(args, cwd=self.cwd, input=input, check=check,
+                       what=" ".join(args[:3])).stdout
 
     def text(self, *args: str, check: bool = True) -> str:
         return self.run(*args, check=check).decode("utf-8", "surrogateescape").strip()
@@ -129,31 +123,9 @@ class Git:
     @contextlib.contextmanager
     def open_blob(self, oid: str) -> Iterator[BinaryIO]:
         """Stream a blob from ``git cat-file blob`` (no copy on disk). Leaving early stops git."""
-        try:
-            proc = subprocess.Popen(["git", "cat-file", "blob", oid], cwd=self.cwd,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    bufsize=1 << 20)
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror}") from exc
-        finished = False
-        try:
-            yield proc.stdout
-            finished = True
-        finally:
-            _stop(proc, oid, finished)
-
-
-def _stop(proc: subprocess.Popen, oid: str, finished: bool) -> None:
-    rest_read = finished and proc.stdout.read(1) == b""
-    proc.stdout.close()
-    if not rest_read:
-        proc.kill()  # the caller stopped early (a sniff, a header, a failure): do not drain
-    err = proc.stderr.read()
-    proc.stderr.close()
-    code = proc.wait()
-    if rest_read and code != 0:
-        raise GitError(f"git cat-file blob {oid} failed ({code}): "
-                       f"{err.decode('utf-8', 'replace').strip()}")
+        with open_git(["cat-file", "blob", oid], cwd=self.cwd, what=f"cat-file blob {oid}",
+                      bufsize=1 << 20) as stream:
+            yield stream
 
 
 class Tree:

@@ -1,7 +1,8 @@
 """Git plumbing for review: blobs of a revision as files, and the diff drivers' config.
 
-Runs the real ``git`` (never a reimplementation), with prompts disabled. Blobs are streamed
-from ``git cat-file`` into a file, so a large snapshot never sits in memory.
+Runs the real ``git`` through :mod:`snapops.formats.gitcmd` (never a reimplementation, prompts
+disabled). Blobs are streamed from ``git cat-file`` into a file, so a large snapshot never sits
+in memory.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from snapops.formats.errors import GitError
+from snapops.formats.gitcmd import GitResult, run_git
 
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LITERAL_PATHSPECS": "1"}
+_LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
 # What review needs from .gitattributes (the snapshot repository's and this project's).
 GITATTRIBUTES = """\
@@ -34,17 +36,11 @@ WTXT_XFUNCNAME = "^arr name=.*$"
 
 
 def git(args: list[str], *, repo: str | os.PathLike | None = None, check: bool = True,
-        stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    cmd = ["git"] + (["-C", os.fspath(repo)] if repo is not None else []) + args
-    try:
-        done = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE,
-                              env={**os.environ, **_ENV}, check=False)
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc.strerror}") from exc
-    if check and done.returncode != 0:
-        err = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {' '.join(args[:3])} failed: {err[-1] if err else done.returncode}")
-    return done
+        stdout: BinaryIO | None = None) -> GitResult:
+    """``git args`` in ``repo`` (default: the current folder), paths taken literally;
+    ``stdout``: a binary file receiving the output instead of memory."""
+    return run_git(args, cwd=repo, env=_LITERAL, check=check, stdout=stdout,
+                   what=" ".join(args[:3]))
 
 
 def blob_spec(rev: str, path: str) -> str:

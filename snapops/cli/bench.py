@@ -42,7 +42,8 @@ def _seal(args):
 def _pipeline(args):
     from snapops.bench.pipeline import run_pipeline
 
-    return run_pipeline(args.size, args.steps, args.workdir)
+    return run_pipeline(args.size, args.steps, args.workdir, nice=args.nice, idle=args.idle,
+                        outage=args.outage, interval=args.interval)
 
 
 def _formats(args):
@@ -70,14 +71,23 @@ SUITES = [
           "4096x1024 f32 matrix; age armor encrypt/decrypt MB/s (of --size bytes); Ed25519 "
           "sign/verify time for small and large states.",
           "snapops bench seal --size 256MiB", "256MiB", "_seal", "snapops.bench.seal:render_seal"),
-    Suite("pipeline", "request() cost, WAL latency, loop slowdown, push latency",
+    Suite("pipeline", "request() cost, loop slowdown, push latency, idle CPU, outage drain",
           "Runs a git daemon on 127.0.0.1 and a snapops daemon, then measures request() against "
           "one memcpy of the state, WAL append p99, a numpy training loop's slowdown when "
-          "snapshotting every 10 steps, request-to-pushed latency and the daemon's peak memory.",
+          "snapshotting every 10 steps and those snapshots' request-to-pushed time, the idle "
+          "daemon's CPU share, the drain rate of the backlog an outage of the remote leaves "
+          "against the push rate of one generation, and the daemon's peak memory.",
           "snapops bench pipeline --size 64MiB", "64MiB", "_pipeline",
           "snapops.bench.pipeline:render_pipeline",
           ((("--steps",), {"type": int, "default": 60,
-                           "help": "training steps per loop (default 60)"}),)),
+                           "help": "training steps per loop (default 60)"}),
+           (("--nice",), {"type": int, "help": "the daemon's niceness (default: config)"}),
+           (("--idle",), {"type": float, "default": 60.0,
+                          "help": "seconds to measure the idle daemon's CPU (0: skip)"}),
+           (("--outage",), {"type": float, "default": 60.0,
+                            "help": "seconds the remote is away (0: skip the drain test)"}),
+           (("--interval",), {"type": float, "default": 5.0,
+                              "help": "seconds between generations during the outage"}))),
     Suite("formats", "AERO, FOLD, PyCauset and FINF write/open/verify throughput",
           "Each binary format's own benchmark on one state: write, open (mmap), read/verify "
           "throughput and metadata update time.",

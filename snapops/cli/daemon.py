@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from snapops.config import load_config, resolve
 
@@ -34,11 +35,13 @@ def run_status(args) -> int:
     config = _config(args)
     state_file = resolve(config, config.daemon.state_dir) / "status.json"
     wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME)
-    status = status_from(wal_state, {r.name for r in config.repo.remotes})
+    remotes = {r.name for r in config.repo.remotes}
+    status = status_from(wal_state, remotes)
     try:
         daemon = json.loads(state_file.read_text())
     except (OSError, ValueError):
         daemon = {}
+    daemon = daemon if isinstance(daemon, dict) else {}
     status["daemon"] = {k: daemon.get(k) for k in ("pid", "started", "failures", "push",
                                                     "retry_at")}
     status["daemon_running"] = _running(resolve(config, config.daemon.state_dir))
@@ -47,14 +50,9 @@ def run_status(args) -> int:
         json.dump(status, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
         return 0
-    print(f"daemon: {'running' if status['daemon_running'] else 'not running'}")
-    for key in ("last_requested", "last_spooled", "last_committed", "last_pushed",
-                "push_queue_depth", "waiting_to_serialize", "dropped"):
-        print(f"  {key}: {status[key]}")
-    for remote, info in (status["daemon"].get("push") or {}).items():
-        print(f"  remote {remote}: {info}")
-    for failure in (status["daemon"].get("failures") or [])[-5:]:
-        print(f"  failure gen {failure['gen']} ({failure['stage']}): {failure['error']}")
+    from .daemon_status import render_status
+
+    print(render_status(status, wal_state, sorted(remotes), now=time.time()))
     return 0
 
 
@@ -101,9 +99,12 @@ def register(sub) -> None:
                     "persistent resend queue.",
         example="snapops daemon run --config /etc/snapops/snapops.toml", func=run_daemon)
     status = add_command(
-        dsub, "status", help="queue depth, last generations, failures, retry times",
-        description="Show what the WAL and the daemon's status file say: last generation "
-                    "requested / committed / pushed per remote, queue depth, failures.",
+        dsub, "status", help="generations, push queue per remote, progress, failures",
+        description="Show what the WAL and the daemon's status file say: the last "
+                    "generations and their states, per remote the pending generations and "
+                    "their bytes, the push in flight with its progress and rate, the time to "
+                    "drain, the next retry; dropped generations and failures. --json prints "
+                    "the same as one JSON object (epoch times, bytes).",
         example="snapops daemon status --config snapops.toml --json", func=run_status)
     for q in (run, status):
         q.add_argument("--config", help="TOML config (default: built-in defaults + SNAPOPS_*)")

@@ -243,7 +243,7 @@ def test_request_cli_status_and_second_daemon_refused(tmp_path, capsys):
         capsys.readouterr()
         assert main(["daemon", "status", "--config", str(env.config)]) == 0
         out = capsys.readouterr().out
-        assert "daemon: running" in out and "last_committed: 4" in out
+        assert "daemon: running" in out and "committed 4" in out
     finally:
         env.terminate()
         env.kill()

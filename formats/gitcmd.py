@@ -1,0 +1,524 @@
+"""The one way snapops runs ``git``: the daemon, the hooks and review all call it.
+
+Every call runs the real ``git`` with the caller's environment plus :data:`GIT_ENV` (never a
+password prompt), in a process group of its own, so that whatever git starts (``pack-objects``,
+``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is ended with it (leaves
+first, so each parent fails and cleans up as on any error; SIGKILL after a grace time):
+
+* on a wall-clock ``timeout``, on a ``stall`` (for that many seconds no byte on stdout or
+  stderr, and no byte read, written or drained from a socket by any process of the group:
+  ``git push --progress`` prints a line every second while it writes, and the kernel draining
+  a send buffer to a slow link counts too), on a ``cancel``, on any error in the caller, and
+  when a streamed blob is closed early;
+* when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
+  guard process holds the live groups (and their output pipes) and ends them when its channel
+  from the owner closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
+
+Failures raise :class:`GitError` (or the ``error`` subclass given, e.g. ``PushError``) reading
+``WHERE: git WHAT failed: SUMMARY``, where SUMMARY is the last lines git printed (or how it
+ended), with the ``redact`` replacements applied so no URL secret reaches a log.
+
+>>> run_git(["rev-parse", "--is-inside-work-tree"], cwd="/srv/repo").text
+'true'
+>>> run_git(["push", "--progress", url, "main"], cwd=repo, stall=60, error=PushError,
+...         on_line=print, redact={url: shown})
+Writing objects:  37% (12/32), 1.50 MiB | 1.49 MiB/s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
+
+from .errors import GitError
+
+__all__ = ["GIT_ENV", "GitExit", "GitResult", "children", "invocations", "open_git", "run_git",
+           "summarize"]
+
+log = logging.getLogger(__name__)
+
+# Never wait for a password on a terminal or in a credential-manager dialog.
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+SUMMARY_LINES = 4
+SUMMARY_CHARS = 600
+STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
+CANCEL_POLL = 0.25              # seconds between looks at a cancel event
+GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
+ROUND = 0.5                     # seconds the processes signalled in one round get to end
+SETTLE = 0.1                    # seconds their parents get to react before the next round
+_READ = 1 << 16
+
+_counter_lock = threading.Lock()
+_started = 0
+
+
+def invocations() -> int:
+    """How many git processes this process has started (what an idle daemon must not do)."""
+    with _counter_lock:
+        return _started
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """What a finished git printed; ``returncode`` < 0 means killed by that signal."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def text(self) -> str:
+        """stdout decoded (undecodable bytes kept as surrogates), without the final newline."""
+        return self.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+class GitExit(Exception):
+    """How a failed call ended: chained as the ``__cause__`` of every GitError raised here.
+
+    ``reason`` says which limit ended it (a timeout or stall), None when git exited itself.
+    """
+
+    def __init__(self, result: GitResult, reason: str | None = None) -> None:
+        super().__init__(reason or f"exit status {result.returncode}")
+        self.result, self.reason = result, reason
+
+    @property
+    def killed(self) -> bool:
+        """Ended by a signal or by a limit: it may not have cleaned up (lock files)."""
+        return self.result.returncode < 0 or self.reason is not None
+
+
+class ChildGuard:
+    """Ends every live git process group when its owner dies (see the module docstring).
+
+    ``start()`` spawns the guard (``python -m snapops.formats.gitcmd guard``, idempotent);
+    ``stop()`` closes the channel and waits for it. Each git call registers its group with a
+    message ``+PGID`` carrying the read ends of git's output pipes, and unregisters with
+    ``-PGID``. When the owner dies, the channel ends and the guard ends what is still
+    registered as a timeout would (:func:`_end_group`). Holding the pipes keeps them open
+    meanwhile: git's last words go into a pipe with a reader instead of killing it with
+    SIGPIPE before it cleans up (a local ``receive-pack`` leaves its quarantine behind then).
+
+    >>> children.start()
+    >>> run_git(["push", url, "main"], cwd=repo)   # ended with us, whatever happens
+    >>> children.stop()
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._channel: socket.socket | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with theirs:
+                # Its own process group: a signal to the owner's group does not reach it.
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", __name__, "guard"], stdin=theirs.fileno(),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+            self._channel = ours
+
+    def stop(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+        if proc is not None:
+            proc.wait()
+
+    def _send(self, message: str, fds: list[int]) -> None:
+        with self._lock:
+            if self._channel is None:
+                return
+            try:
+                socket.send_fds(self._channel, [message.encode()], fds)
+            except OSError as err:  # the guard is gone: keep working, unguarded
+                log.warning("git child guard stopped (%s); git children are unguarded", err)
+                self._channel.close()
+                self._proc, self._channel = None, None
+
+    def register(self, proc: subprocess.Popen) -> None:
+        pipes = [s.fileno() for s in (proc.stdout, proc.stderr) if s is not None]
+        self._send(f"+{proc.pid}", pipes)
+
+    def unregister(self, pgid: int) -> None:
+        self._send(f"-{pgid}", [])
+
+
+children = ChildGuard()
+
+
+def summarize(result: GitResult, redact: Mapping[str, str] | None = None) -> str:
+    """The last few meaningful lines git printed (stderr, then stdout) on one line, or how
+    it ended; progress lines (ended by CR) are left out."""
+    lines: list[str] = []
+    for data in (result.stderr, result.stdout):
+        text = data.decode("utf-8", "replace")
+        for line in text.replace("\r\n", "\n").split("\n"):
+            line = line.rsplit("\r", 1)[-1].strip(" '\t")
+            if line:
+                lines.append(line)
+    if result.returncode < 0:
+        try:
+            name = signal.Signals(-result.returncode).name
+        except ValueError:
+            name = f"signal {-result.returncode}"
+        lines.append(f"git was killed by {name}")
+    elif not lines:
+        lines = [f"exit status {result.returncode}"]
+    if len(lines) > SUMMARY_LINES:  # git's first line names the cause, the last ones the end
+        lines = lines[:1] + ["..."] + lines[-(SUMMARY_LINES - 1):]
+    text = " | ".join(lines)
+    text = text if len(text) <= SUMMARY_CHARS else "..." + text[-SUMMARY_CHARS:]
+    return _redacted(text, redact)
+
+
+def _redacted(text: str, redact: Mapping[str, str] | None) -> str:
+    for secret, shown in sorted((redact or {}).items(), key=lambda kv: -len(kv[0])):
+        if secret:
+            text = text.replace(secret, shown)
+    return text
+
+
+def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdout,
+           bufsize: int = -1) -> subprocess.Popen:
+    global _started
+    try:
+        proc = subprocess.Popen(
+            ["git", *args], cwd=None if cwd is None else os.fspath(cwd),
+            env={**os.environ, **GIT_ENV, **(env or {})}, stdin=stdin, stdout=stdout,
+            stderr=subprocess.PIPE, process_group=0, bufsize=bufsize)
+    except OSError as err:
+        raise GitError(f"cannot run git: {err.strerror or err}") from err
+    with _counter_lock:
+        _started += 1
+    children.register(proc)
+    return proc
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _end_group(pgid: int) -> None:
+    """SIGTERM to the group's leaves (processes with no child in it), round after round,
+    each parent getting time to see its child fail; SIGKILL for what is left after GRACE
+    seconds. So every parent cleans up as on any error: a local ``receive-pack`` (a member of
+    the group) removes its quarantine ``objects/tmp_objdir-incoming-*``, which it leaves in
+    the remote when it is itself killed while a hook or index-pack runs."""
+    deadline = time.monotonic() + GRACE
+    signalled: set[int] = set()
+    while time.monotonic() < deadline:
+        members = _group_members(pgid)
+        if not members:
+            return
+        parents = set(members.values())
+        leaves = {pid for pid in members if pid not in parents}
+        for pid in leaves - signalled:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        signalled |= leaves
+        round_end = min(deadline, time.monotonic() + ROUND)
+        while time.monotonic() < round_end and leaves & set(_group_members(pgid)):
+            time.sleep(0.02)
+        time.sleep(SETTLE)  # the parents react to their children's end
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
+    """Wait for git and end whatever it left in its group; return its exit status.
+
+    The group is signalled while the leader is an unreaped zombie (``WNOWAIT``): its pid,
+    which is the group id, cannot be reused by another process until then.
+    """
+    if kill:
+        _end_group(proc.pid)
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    _signal_group(proc.pid, signal.SIGKILL)
+    children.unregister(proc.pid)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    return proc.wait()
+
+
+def _group_members(pgid: int, *, live: bool = True) -> dict[int, int]:
+    """pid -> parent pid of the processes in group ``pgid`` (``live``: zombies left out)."""
+    members = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm)": state ppid pgrp
+        if len(fields) > 2 and fields[2] == str(pgid).encode() \
+                and not (live and fields[0] == b"Z"):
+            members[int(entry.name)] = int(fields[1])
+    return members
+
+
+def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
+    moved, inodes = 0, set()
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            moved = sum(int(line.split()[1]) for line in f if line.startswith(("rchar", "wchar")))
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            target = os.readlink(fd.path)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except (OSError, ValueError):
+        pass
+    return moved, inodes
+
+
+def _queued(inodes: set[str]) -> int:
+    """Bytes waiting in the send and receive queues of these TCP sockets."""
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > 9 and row[9] in inodes:
+                tx, _, rx = row[4].partition(":")
+                total += int(tx, 16) + int(rx, 16)
+    return total
+
+
+def group_activity(pgid: int) -> tuple[int, int]:
+    """What the processes of group ``pgid`` have moved: bytes read and written, and bytes
+    still queued in their TCP sockets. Any change means the work goes on, printed or not
+    (a kernel draining a send buffer to a slow link, a remote hook writing objects)."""
+    moved, inodes = 0, set()
+    for pid in _group_members(pgid, live=False):
+        done, found = _io_and_sockets(pid)
+        moved, inodes = moved + done, inodes | found
+    return moved, _queued(inodes) if inodes else 0
+
+
+class _Silence:
+    """The stall clock: restarted by output, and, while git is silent, by any change in
+    :func:`group_activity` (looked at every ``every`` seconds)."""
+
+    def __init__(self, pgid: int, stall: float) -> None:
+        self.pgid, self.stall = pgid, stall
+        self.every = min(1.0, stall / 4)
+        self.last = self.probed = time.monotonic()
+        self.seen: tuple[int, int] | None = None
+
+    def heard(self) -> None:
+        self.last = time.monotonic()
+
+    def left(self, now: float) -> float:
+        """Seconds until the group counts as stalled."""
+        if now - self.probed >= self.every:
+            self.probed = now
+            activity = group_activity(self.pgid)
+            if self.seen is not None and activity != self.seen:
+                self.last = now
+            self.seen = activity
+        return self.last + self.stall - now
+
+
+class _Pump:
+    """Moves bytes between git's pipes and memory; notices silence (a stall) and deadlines."""
+
+    def __init__(self, proc: subprocess.Popen, data: bytes | None,
+                 on_line: Callable[[str], None] | None) -> None:
+        self.proc, self.on_line = proc, on_line
+        self.data, self.sent = memoryview(data or b""), 0
+        self.out: list[bytes] = []
+        self.err = bytearray()
+        self.partial = b""
+        self.sel = selectors.DefaultSelector()
+        if proc.stdin is not None:
+            self.sel.register(proc.stdin, selectors.EVENT_WRITE)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                self.sel.register(stream, selectors.EVENT_READ)
+
+    def run(self, timeout: float | None, stall: float | None,
+            cancel: threading.Event | None = None) -> str | None:
+        """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
+        start = time.monotonic()
+        silence = None if stall is None else _Silence(self.proc.pid, stall)
+        with self.sel:
+            if self.proc.stdin is not None and not self.data:
+                self._close(self.proc.stdin)
+            while self.sel.get_map():
+                if cancel is not None and cancel.is_set():
+                    return "cancelled"
+                now = time.monotonic()
+                limits = [] if cancel is None else [(CANCEL_POLL, None)]
+                if timeout is not None:
+                    limits.append((start + timeout - now, f"did not finish in {timeout:g} s"))
+                if silence is not None:
+                    limits.append((silence.left(now), f"stalled: no progress for {stall:g} s"))
+                wait = min(limits, default=(None, None), key=lambda limit: limit[0])
+                if wait[0] is not None and wait[0] <= 0:
+                    return wait[1]
+                if silence is not None:  # look at the group's bytes while git is silent
+                    wait = (min(wait[0], silence.every), wait[1])
+                for key, _ in self.sel.select(wait[0]):
+                    if self._move(key.fileobj) and silence is not None:
+                        silence.heard()
+        return None
+
+    def _move(self, stream) -> bool:
+        """One read or write on a ready pipe; True when git printed something."""
+        if stream is self.proc.stdin:
+            chunk = self.data[self.sent:self.sent + select.PIPE_BUF]
+            try:
+                self.sent += os.write(stream.fileno(), chunk)
+            except BrokenPipeError:
+                self.sent = len(self.data)
+            if self.sent >= len(self.data):
+                self._close(stream)
+            return False
+        block = os.read(stream.fileno(), _READ)
+        if not block:
+            self._close(stream)
+            return False
+        if stream is self.proc.stdout:
+            self.out.append(block)
+        else:
+            self._stderr(block)
+        return True
+
+    def _stderr(self, block: bytes) -> None:
+        self.err += block
+        if len(self.err) > 2 * STDERR_KEEP:
+            del self.err[:-STDERR_KEEP]
+        if self.on_line is None:
+            return
+        lines = (self.partial + block).replace(b"\r", b"\n").split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                self.on_line(line.decode("utf-8", "replace").strip())
+
+    def _close(self, stream) -> None:
+        self.sel.unregister(stream)
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+            input: bytes | None = None, env: Mapping[str, str] | None = None,
+            check: bool = True, timeout: float | None = None, stall: float | None = None,
+            on_line: Callable[[str], None] | None = None, stdout: IO[bytes] | None = None,
+            cancel: threading.Event | None = None, error: type[GitError] = GitError, what: str | None = None,
+            where: str | None = None, redact: Mapping[str, str] | None = None) -> GitResult:
+    """Run ``git args`` in ``cwd`` and return what it printed.
+
+    ``input`` is fed to its stdin (else stdin is empty); ``stdout`` (a binary file) receives
+    its output instead of memory. ``timeout``: seconds in all; ``stall``: seconds without
+    output; ``cancel`` set (another thread stops the call): each ends git and its whole group
+    and raises ``error``. ``on_line`` receives
+    every stderr line (progress lines too, CR-separated) as it comes. ``check=False`` returns
+    a failed result instead of raising (a timeout or stall still raises).
+
+    >>> run_git(["cat-file", "-t", "HEAD"], cwd=repo).text
+    'commit'
+    """
+    proc = _spawn(args, cwd, env, subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                  stdout if stdout is not None else subprocess.PIPE)
+    pump, reason, done = _Pump(proc, input, on_line), None, False
+    try:
+        reason = pump.run(timeout, stall, cancel)
+        done = reason is None
+    finally:
+        code = _finish(proc, kill=not done)
+    result = GitResult(tuple(args), code, b"".join(pump.out), bytes(pump.err[-STDERR_KEEP:]))
+    if reason is not None or (check and code != 0):
+        summary = summarize(result, redact)
+        text = f"git {what or args[0]} failed: " + (f"{reason} | {summary}" if reason
+                                                      else summary)
+        raise error(f"{where}: {text}" if where else text) from GitExit(result, reason)
+    return result
+
+
+@contextlib.contextmanager
+def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+             env: Mapping[str, str] | None = None, what: str | None = None,
+             bufsize: int = -1) -> Iterator[BinaryIO]:
+    """Stream git's stdout (``cat-file blob``: no copy in memory or on disk).
+
+    Leaving the block before the end stops git (a sniff, a header, a failure); reading it all
+    and then finding git failed raises GitError.
+
+    >>> with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
+    ...     head = blob.read(64)
+    """
+    proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE, bufsize)
+    finished = False
+    try:
+        yield proc.stdout
+        finished = True
+    finally:
+        drained = finished and proc.stdout.read(1) == b""
+        err = b""
+        if drained:
+            err = proc.stderr.read(STDERR_KEEP)
+        code = _finish(proc, kill=not drained)
+    if drained and code != 0:
+        result = GitResult(tuple(args), code, b"", err)
+        raise GitError(f"git {what or ' '.join(args[:2])} failed: {summarize(result)}") \
+            from GitExit(result)
+
+
+def _guard_main() -> None:
+    """The guard process: hold each registered group's pipes until the owner is gone, then
+    end the groups still registered."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    channel = socket.socket(fileno=0)
+    held: dict[int, list[int]] = {}
+    while True:
+        message, fds, _, _ = socket.recv_fds(channel, 64, 4)
+        if not message:
+            break
+        text = message.decode("ascii", "replace")
+        if text[:1] == "+" and text[1:].isdigit():
+            held[int(text[1:])] = fds
+            continue
+        for fd in held.pop(int(text[1:]) if text[1:].isdigit() else -1, []) + fds:
+            os.close(fd)
+    for pgid in held:
+        _end_group(pgid)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["guard"]:
+    _guard_main()

@@ -1,0 +1,176 @@
+"""snapops.formats.gitcmd against the real git: limits end the whole process group, a killed
+push leaves no quarantine folder in a local remote, the guard ends git children when their
+owner is SIGKILLed, messages are redacted, streams stop early."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from snapops.daemon.gitops import SnapshotRepo
+from snapops.formats.errors import GitError, PushError
+from snapops.formats.gitcmd import GitExit, invocations, open_git, run_git
+from tests.daemon.gitserve import git
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, within: float = 20.0) -> bool:
+    deadline = time.monotonic() + within
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def read_pid(path: Path, within: float = 20.0) -> int:
+    deadline = time.monotonic() + within
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def napping_alias(pidfile: Path, seconds: int = 60) -> list[str]:
+    """git arguments that start a silent grandchild (``sleep``) writing its pid first."""
+    return ["-c", f"alias.nap=!sh -c 'echo $$ > {pidfile}; exec sleep {seconds}'", "nap"]
+
+
+def test_a_stall_ends_git_and_everything_it_started(tmp_path):
+    pidfile = tmp_path / "nap.pid"
+    before = invocations()
+    with pytest.raises(GitError, match=r"git nap failed: stalled: no progress for 0.5 s") as info:
+        run_git(napping_alias(pidfile), cwd=tmp_path, stall=0.5, what="nap")
+    assert isinstance(info.value.__cause__, GitExit) and info.value.__cause__.killed
+    assert wait_gone(read_pid(pidfile))
+    assert invocations() == before + 1
+
+
+def test_timeout_cancel_and_plain_failures_are_typed(tmp_path):
+    with pytest.raises(GitError, match=r"did not finish in 0.3 s"):
+        run_git(napping_alias(tmp_path / "a.pid"), cwd=tmp_path, timeout=0.3, what="nap")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(GitError, match=r"nap failed: cancelled"):
+        run_git(napping_alias(tmp_path / "b.pid"), cwd=tmp_path, cancel=cancel, what="nap")
+    for pidfile in (tmp_path / "a.pid", tmp_path / "b.pid"):
+        assert wait_gone(read_pid(pidfile))
+    failed = run_git(["rev-parse", "--verify", "nope"], cwd=tmp_path, check=False)
+    assert failed.returncode != 0 and not failed.ok
+    with pytest.raises(GitError, match=r"^somewhere: git rev-parse failed: fatal: "):
+        run_git(["rev-parse", "--verify", "nope"], cwd=tmp_path, where="somewhere")
+
+
+def test_secrets_are_redacted_from_git_output(tmp_path):
+    url = str(tmp_path / "token-s3cret" / "x.git")
+    with pytest.raises(PushError, match=r"does not appear to be a git repository") as info:
+        run_git(["ls-remote", url], cwd=tmp_path, error=PushError,
+                redact={url: "REMOTE"}, where="ls-remote REMOTE")
+    assert "s3cret" not in str(info.value) and "'REMOTE'" in str(info.value)
+
+
+def slow_local_remote(tmp_path: Path) -> tuple[Path, Path, SnapshotRepo]:
+    """A bare remote whose pre-receive hook is silent for a minute (the pushed objects wait in
+    its quarantine meanwhile), and a repository with one 4 MiB generation to push there."""
+    bare = tmp_path / "remote.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    pidfile = tmp_path / "hook.pid"
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
+    hook.chmod(0o755)
+    repo = SnapshotRepo(tmp_path / "repo")
+    (repo.path / "big").write_bytes(os.urandom(4 << 20))
+    repo.commit_generation(["big"], "gen 1", "r/gen-000001")
+    return bare, pidfile, repo
+
+
+def quarantine(bare: Path) -> list[Path]:
+    return list((bare / "objects").glob("tmp_objdir-incoming-*"))
+
+
+def test_a_killed_push_leaves_no_quarantine_in_a_local_remote(tmp_path):
+    """A local remote's receive-pack runs in the push's process group: ended leaves first,
+    it removes its incoming objects (killed itself, it leaves objects/tmp_objdir-incoming-*)."""
+    bare, pidfile, repo = slow_local_remote(tmp_path)
+    with pytest.raises(PushError, match=r"stalled: no progress for 1 s"):
+        repo.push(str(bare), ["r/gen-000001"], stall=1.0)
+    assert wait_gone(read_pid(pidfile))
+    assert not quarantine(bare)
+    assert git("for-each-ref", cwd=bare) == ""
+
+
+def test_a_sigkilled_owner_leaves_no_quarantine_in_a_local_remote(tmp_path):
+    bare, pidfile, _ = slow_local_remote(tmp_path)
+    script = ("import sys\nfrom snapops.daemon.gitops import SnapshotRepo\n"
+              "from snapops.formats.gitcmd import children\nchildren.start()\n"
+              "SnapshotRepo(sys.argv[1]).push(sys.argv[2], ['r/gen-000001'])\n")
+    owner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "repo"), str(bare)],
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    hook = read_pid(pidfile)
+    assert quarantine(bare)  # the pack waits there while the hook runs
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(30)
+    assert wait_gone(hook)
+    deadline = time.monotonic() + 20
+    while quarantine(bare) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not quarantine(bare)
+
+
+GUARDED = textwrap.dedent("""
+    import sys
+    from snapops.formats.gitcmd import children, run_git
+    if sys.argv[2] == "guarded":
+        children.start()
+    run_git(["-c", "alias.nap=!sh -c 'echo $$ > " + sys.argv[1] + "; exec sleep 60'", "nap"])
+""")
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_git_children_die_with_their_owner_only_when_guarded(tmp_path, guarded):
+    pidfile = tmp_path / "nap.pid"
+    owner = subprocess.Popen([sys.executable, "-c", GUARDED, str(pidfile),
+                              "guarded" if guarded else "bare"], cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sleeper = read_pid(pidfile)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(30)
+    try:
+        if guarded:
+            assert wait_gone(sleeper)
+        else:
+            time.sleep(0.5)
+            assert alive(sleeper)  # what happened to the daemon's git children before
+    finally:
+        if alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
+def test_open_git_stops_early_and_reports_failures_after_a_full_read(tmp_path):
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        (repo.path / "f").write_bytes(b"x" * (1 << 20))
+        repo.commit_generation(["f"], "gen 1", "r/gen-000001")
+        oid = git("rev-parse", "HEAD:f", cwd=repo.path)
+        with open_git(["cat-file", "blob", oid], cwd=repo.path) as blob:
+            assert blob.read(4) == b"xxxx"  # leaving now stops git: no error, nothing left
+        with pytest.raises(GitError, match=r"git cat-file blob failed: fatal: "):
+            with open_git(["cat-file", "blob", "0" * 40], cwd=repo.path) as blob:
+                blob.read()
