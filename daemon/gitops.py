@@ -1,8 +1,11 @@
 """The snapshot repository: commit a generation atomically, tag it, push it to remotes.
 
-Every operation runs the real ``git`` through :func:`snapops.formats.gitcmd.run_git` (its own
+Every write runs the real ``git`` through :func:`snapops.formats.gitcmd.run_git` (its own
 process group, killed with the daemon; stall detection for pushes); nothing is written by a
 reimplementation, so what lands in the repository is exactly what ``git`` itself would write.
+Reads of the repository's own objects, refs and config (the last MANIFEST, tags, commit
+messages, the identity) go through gitpython's object database, which keeps one ``git cat-file
+--batch`` process open instead of starting a git process per question.
 
 A generation is committed with plumbing, in an order that never leaves a partial commit:
 
@@ -38,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
+
+import git
 
 from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
@@ -93,6 +98,8 @@ class SnapshotRepo:
         self._pushes = 0                        # pushes running
         self._maintaining = False
         self._activity = threading.Condition()  # guards the two fields above
+        self._gitpython: git.Repo | None = None
+        self._read_lock = threading.Lock()
         self._check_ref(f"refs/heads/{branch}", "branch")
         self.git_dir = self._open_or_init()
         self._set_identity(author_name, author_email)
@@ -147,7 +154,11 @@ class SnapshotRepo:
                        f"check out {self.branch!r} or configure repo.branch")
 
     def close(self) -> None:
-        """Nothing to release (every git call is its own process); kept for ``with``."""
+        """End gitpython's persistent cat-file processes."""
+        with self._read_lock:
+            if self._gitpython is not None:
+                self._gitpython.close()
+                self._gitpython = None
 
     def __enter__(self) -> "SnapshotRepo":
         return self
@@ -205,35 +216,70 @@ class SnapshotRepo:
 
     # -- reads -------------------------------------------------------------------------------
 
+    def _objects(self) -> git.Repo:
+        """gitpython's view of the repository (opened once; its cat-file process persists)."""
+        if self._gitpython is None:
+            try:
+                self._gitpython = git.Repo(self.path)
+            except (git.exc.GitError, OSError) as err:
+                raise GitError(f"{self.path}: cannot open the repository: {err}") from err
+        return self._gitpython
+
+    @contextlib.contextmanager
+    def _reading(self, what: str):
+        with self._read_lock:  # gitpython's cat-file pipes serve one question at a time
+            try:
+                yield self._objects()
+            except (git.exc.GitError, ValueError, OSError) as err:
+                raise GitError(f"{self.path}: {what} failed: {err}") from err
+
+    def _commit_of(self, ref: str) -> git.Commit | None:
+        with self._reading(f"read {ref}") as repo:
+            try:
+                return repo.rev_parse(f"{ref}^{{commit}}")
+            except (git.BadName, git.BadObject, ValueError):
+                return None
+
     def head_commit(self) -> str | None:
         """The commit at the tip of the branch, or None before the first commit."""
-        return self._rev(f"refs/heads/{self.branch}^{{commit}}")
+        commit = self._commit_of(f"refs/heads/{self.branch}")
+        return commit.hexsha if commit is not None else None
 
     def head_file(self, relpath: str) -> bytes | None:
         """Content of ``relpath`` at the branch tip (None before the first commit or if absent).
 
-        >>> repo.head_file("snapshots/run1/MANIFEST")[:8]
-        b'MANIFEST'
+        Example::
+
+            repo.head_file("snapshots/run1/MANIFEST")[:18]   # b'SNAPOPS-MANIFEST 2'
         """
         rel = self._check_path(relpath)
-        spec = f"refs/heads/{self.branch}:{rel}"
-        if self._run("cat-file", "-e", spec, check=False) is None:
+        commit = self._commit_of(f"refs/heads/{self.branch}")
+        if commit is None:
             return None
-        return self._run("cat-file", "blob", spec, raw=True, what="cat-file")
+        with self._reading(f"read {rel}") as _:
+            try:
+                blob = commit.tree / rel
+            except KeyError:
+                return None
+            return blob.data_stream.read() if blob.type == "blob" else None
 
     def tag_object(self, tag: str) -> str | None:
         """The object ``refs/tags/<tag>`` names (the annotated tag itself), or None."""
-        return self._rev(f"refs/tags/{tag}")
+        with self._reading(f"read tag {tag}") as repo:
+            try:
+                return repo.rev_parse(f"refs/tags/{tag}").hexsha
+            except (git.BadName, git.BadObject, ValueError):
+                return None
 
     def tag_commit(self, tag: str) -> str | None:
         """The commit sha ``tag`` points at (through annotated tags), or None."""
-        return self._rev(f"refs/tags/{tag}^{{commit}}")
+        commit = self._commit_of(f"refs/tags/{tag}")
+        return commit.hexsha if commit is not None else None
 
     def _tree_and_message(self, commit: str) -> tuple[str, str]:
-        body = self._run("cat-file", "commit", commit, raw=True, what="cat-file")
-        header, _, message = body.partition(b"\n\n")
-        tree = header.split(b"\n", 1)[0].removeprefix(b"tree ").decode("ascii", "replace")
-        return tree, message.decode("utf-8", "replace")
+        with self._reading(f"read commit {commit}") as repo:
+            found = repo.commit(commit)
+            return found.tree.hexsha, found.message
 
     # -- commit ------------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ class Daemon:
         self._status_dirty = False
         self._status_due = 0.0    # time.monotonic() of the next allowed status rewrite
         self._maintenance_at: float | None = None  # clock() time a cleanup is due
+        self._abandon_check_at: float | None = None  # clock() time a waiting REQ is due
         self.state = WalState()
         self.failures: list[dict] = []
         self.retry_at = 0.0
@@ -124,6 +125,7 @@ class Daemon:
             self.pushq.stop(wait=True)
             if self.scheduler.running:
                 self.scheduler.shutdown(wait=True)
+            self.repo.close()
             children.stop()
             self._sync_state()
             self.write_status()
@@ -166,7 +168,8 @@ class Daemon:
         if size != self.reader.offset and size != self._stepped_size:
             return True
         retry = self._stepped_at < self.retry_at <= self.clock()
-        return retry and bool(self._ready())
+        abandon = self._abandon_check_at is not None and self.clock() >= self._abandon_check_at
+        return abandon or (retry and bool(self._ready()))
 
     def _next_wake(self) -> float:
         """Seconds until the loop must look again even if nothing rings."""
@@ -176,6 +179,8 @@ class Daemon:
             wait = min(wait, self.retry_at - now)
         if self._maintenance_at is not None:
             wait = min(wait, self._maintenance_at - now)
+        if self._abandon_check_at is not None:
+            wait = min(wait, self._abandon_check_at - now)
         if self._status_dirty:
             wait = min(wait, self._status_due - time.monotonic())
         return max(0.0, wait)
@@ -404,6 +409,13 @@ class Daemon:
         for entry in self.unspooled:
             if entry["waiting_s"] >= self.config.daemon.abandon_after:
                 due.setdefault(entry["writer"], []).append(entry["gen"])
+        # look again when the next request is due (or, its writer alive, one period later)
+        period = max(1.0, self.config.daemon.abandon_after)
+        self._abandon_check_at = min(
+            (max(since + self.config.daemon.abandon_after, now + period)
+             if since + self.config.daemon.abandon_after <= now
+             else since + self.config.daemon.abandon_after
+             for since in self.waiting_since.values()), default=None)
         for writer, gens in due.items():
             lock = try_writer_lock(self.spool_dir, writer)
             for entry in self.unspooled:

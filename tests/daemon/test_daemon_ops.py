@@ -38,10 +38,10 @@ def wait_for(predicate, within: float = 60.0, what: str = "condition") -> None:
 
 
 def settled(daemon: Daemon, quiet: float = 1.0) -> bool:
-    """True once the daemon took no step for ``quiet`` seconds."""
+    """True once the daemon took no step for ``quiet`` seconds and owes no status rewrite."""
     steps = daemon.steps
     time.sleep(quiet)
-    return daemon.steps == steps
+    return daemon.steps == steps and not daemon._status_dirty
 
 
 def test_an_idle_daemon_does_no_work_on_file_activity_that_brings_nothing_new(tmp_path):
@@ -192,13 +192,13 @@ def wal_state(*records: tuple[str, int, dict]) -> WalState:
 def test_history_cut_keeps_the_ring_and_whatever_a_remote_lacks():
     records = []
     for gen in range(1, 7):
-        records += [("REQ", gen, {}), ("SPOOLED", gen, {}), ("SERIALIZED", gen, {}),
-                    (COMMITTED, gen, {"commit": f"c{gen}"})]
+        records += [("REQ", gen, {}), ("SPOOLED", gen, {"file": f"gen-{gen:012d}.spool"}),
+                    ("SERIALIZED", gen, {}), (COMMITTED, gen, {"commit": f"{gen:040x}"})]
         records += [(PUSHED, gen, {"remote": "a"})]
         if gen <= 3:
             records += [(PUSHED, gen, {"remote": "b"})]
     state = wal_state(*records)
-    assert history_cut(state, {"a"}, retention=2) == (5, "c5", [1, 2, 3, 4])
-    assert history_cut(state, {"a", "b"}, retention=2) == (4, "c4", [1, 2, 3])  # b lacks 4
+    assert history_cut(state, {"a"}, retention=2) == (5, f"{5:040x}", [1, 2, 3, 4])
+    assert history_cut(state, {"a", "b"}, retention=2) == (4, f"{4:040x}", [1, 2, 3])  # b lacks 4
     assert history_cut(state, {"a"}, retention=6) is None
     assert history_cut(wal_state(), {"a"}, retention=1) is None
