@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from snapops.formats.errors import FormatError
+from snapops.formats.integrity import file_sha256
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import detect
 from snapops.formats.report import Report
@@ -68,26 +69,24 @@ def verify_generation(root: str | os.PathLike, run: str, *, hmac_key=None, trust
 
 def _check_shard(folder: Path, shard, hmac_key, trusted_keys, identity, tmp, report) -> None:
     path = _plain_copy(folder / shard.path, identity, tmp)
-    handler = detect(path)
-    options = {"hmac_key": hmac_key, "trusted_keys": trusted_keys} \
-        if handler.name == "wtxt" else {}
-    result = handler.verify(path, **options)
+    fmt = detect(path)
+    keys = {"hmac_key": hmac_key if fmt.capabilities.can_hmac else None,
+            "trusted_keys": tuple(trusted_keys or ()) if fmt.capabilities.can_sign else ()}
+    result = fmt.verify(path, **keys)
     if not result.ok:
         raise result.failure
     report.arrays += result.arrays
     report.raw_bytes += result.raw_bytes
-    if handler.name == "wtxt":
-        got = (result.details["sha256_all"], result.details["merkle_this"])
+    seal = result.details.get("sha256_all")
+    if seal is not None:        # the format seals itself: the MANIFEST records its root
+        got = (seal, result.details["merkle_this"])
         if got != (shard.digest, shard.merkle_this):
             raise FormatError("shard does not match the MANIFEST", path=str(path),
                               check="manifest", expected=f"{shard.digest} {shard.merkle_this}",
                               got=f"{got[0]} {got[1]}")
-    else:
-        from .serialize import _file_sha256
-
-        if _file_sha256(path) != shard.digest:
-            raise FormatError("shard bytes do not match the MANIFEST digest", path=str(path),
-                              check="manifest", expected=shard.digest)
+    elif file_sha256(path) != shard.digest:
+        raise FormatError("shard bytes do not match the MANIFEST digest", path=str(path),
+                          check="manifest", expected=shard.digest)
 
 
 def load_generation(root: str | os.PathLike, run: str, *, identity=None) -> Snapshot:
@@ -99,9 +98,7 @@ def load_generation(root: str | os.PathLike, run: str, *, identity=None) -> Snap
     with tempfile.TemporaryDirectory(prefix="snapops-gen-") as tmp:
         for shard in manifest.shards:
             path = _plain_copy(folder / shard.path, identity, tmp)
-            handler = detect(path)
-            options = {"unmap_names": True} if handler.name == "wtxt" else {}
-            pieces[shard.path] = dict(handler.load(path, **options).arrays)
+            pieces[shard.path] = dict(detect(path).load(path).arrays)
     arrays: dict[str, np.ndarray] = {}
     split_paths = {p for _, _, parts in manifest.splits.values() for p, _, _ in parts}
     for path, loaded in pieces.items():

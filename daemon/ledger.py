@@ -227,36 +227,95 @@ def iter_lines(stream: BinaryIO, path: str = "<ledger>") -> Iterator[LedgerLine]
         yield parse_line(data, line_no, path)
 
 
-def snapshot_values(snapshot: str | os.PathLike) -> dict[str, str | None]:
-    """The ledger-relevant values of a WTXT snapshot: from its header, and for a
-    ``root_pending`` (streaming) file from the WSUM beside it."""
-    from snapops.formats.wtxt.read import read_header
-    from snapops.formats.wtxt.wsum import read_wsum, wsum_path
+class FolderSource:
+    """Snapshot files of a work tree (paths relative to ``root``), for :func:`check_values`;
+    the hooks read the same files from a Git tree."""
 
-    header = read_header(snapshot)
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def open(self, rel: str) -> BinaryIO:
+        try:
+            return open(self.root / rel, "rb")
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror}", path=rel) from exc
+
+    def read(self, rel: str, limit: int) -> bytes | None:
+        """Up to ``limit`` bytes of ``rel``; None when there is no such file."""
+        try:
+            with open(self.root / rel, "rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror}", path=rel) from exc
+
+
+def wtxt_values(source, rel: str) -> dict[str, str | None]:
+    """The ledger-relevant values of the WTXT snapshot ``rel``: from its header, and for a
+    ``root_pending`` (streaming) file from the WSUM beside it."""
+    from snapops.formats.wtxt import read_header
+    from snapops.formats.wtxt.wsum import MAX_WSUM, parse_wsum
+
+    with source.open(rel) as stream:
+        try:
+            header = read_header(stream)
+        except FormatError as exc:
+            raise exc.located(rel) from None
     values = {"gen": header.gen_text, "ts": header.ts, "build": header.build,
               "keyid": header.keyid, "sha256_all": header.sha256_all,
               "merkle_prev": header.merkle_prev, "merkle_this": header.merkle_this}
     if header.root_pending:
-        side = wsum_path(snapshot)
-        if not side.exists():
-            raise FormatError("root_pending file without its WSUM", path=os.fspath(snapshot),
-                              check="wsum", expected=f"{side.name} beside it", got="no such file")
-        wsum = read_wsum(side)
+        side = source.read(rel + ".wsum", MAX_WSUM + 1)
+        if side is None:
+            raise FormatError("root_pending file without its WSUM", path=rel, check="wsum",
+                              expected=f"{rel}.wsum beside it", got="no such file")
+        wsum = parse_wsum(side, rel + ".wsum")
         values.update(sha256_all=wsum.sha256_all, merkle_prev=wsum.merkle_prev,
                       merkle_this=wsum.merkle_this)
     return values
 
 
+def _manifest_entry_values(source, rec: "LedgerLine") -> dict[str, str | None]:
+    data = source.read(rec.entry.path, MAX_MANIFEST + 1)
+    if data is None:
+        raise FormatError("no such file", path=rec.entry.path, check="missing")
+    return manifest_values(data, rec, rec.entry.path)
+
+
+# ledger entry format -> reader of the values its snapshot carries; other formats carry none
+SEALING_READERS = {
+    "manifest": _manifest_entry_values,
+    "wtxt": lambda source, rec: wtxt_values(source, rec.entry.path),
+}
+
+
+def check_values(rec: "LedgerLine", source, where: str,
+                 notes: list[str] | None = None) -> LedgerError | None:
+    """Compare the snapshot an entry names (read through ``source``: a work tree or a Git
+    tree) with the entry; the one dispatch behind ``Ledger.verify`` and the hooks."""
+    e, n = rec.entry, rec.line_no
+    reader = SEALING_READERS.get(e.format)
+    if reader is None:
+        if notes is not None:
+            notes.append(f"line {n}: {e.format} files are only checked for existence")
+        return None
+    try:
+        values = reader(source, rec)
+    except FormatError as exc:
+        return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
+    return compare_entry(rec, values, where)
+
+
 def entry_for_snapshot(snapshot: str | os.PathLike, root: str | os.PathLike) -> LedgerEntry:
     """The ledger entry of a WTXT snapshot file that lives under ``root``."""
-    values = snapshot_values(snapshot)
     snap, base = Path(snapshot).resolve(), Path(root).resolve()
     try:
         rel = snap.relative_to(base).as_posix()
     except ValueError:
         raise LedgerError(path=os.fspath(snapshot), check="path",
                           expected=f"a snapshot under the root {base}", got=str(snap)) from None
+    values = wtxt_values(FolderSource(base), rel)
     return LedgerEntry(gen=int(values["gen"]), gen_text=values["gen"], ts=values["ts"],
                        sha256_all=values["sha256_all"], merkle_prev=values["merkle_prev"],
                        merkle_this=values["merkle_this"], path=check_rel_path(rel),
@@ -354,18 +413,7 @@ def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
     except ValueError:
         return LedgerError(f"{e.path} resolves outside the root", line=n, check="path",
                            expected=f"a file under {root}", got=str(target.resolve()))
-    if e.format not in ("wtxt", "manifest"):
-        notes.append(f"line {n}: {e.format} files are only checked for existence")
-        return None
-    try:
-        if e.format == "manifest":
-            with open(target, "rb") as f:
-                values = manifest_values(f.read(MAX_MANIFEST + 1), rec, str(target))
-        else:
-            values = snapshot_values(target)
-    except FormatError as exc:
-        return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
-    return compare_entry(rec, values, "in the file")
+    return check_values(rec, FolderSource(root), "in the file", notes)
 
 
 MAX_MANIFEST = 64 << 20

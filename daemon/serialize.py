@@ -6,7 +6,7 @@ crash the daemon simply runs it again. Files are written atomically; nothing is 
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -114,56 +114,74 @@ def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray
 def _write_shard(path: Path, data: dict[str, np.ndarray], gen: int, ts: str, config: Config,
                  sealing: Sealing, prior: ShardEntry | None,
                  content: str) -> tuple[ShardEntry, float]:
-    """Write one shard; returns its MANIFEST entry and the share of chunks that changed."""
-    snap = config.snapshot
+    """Write one shard; returns its MANIFEST entry and the share of chunks that changed.
+
+    The shard is written beside its old version first (``.NAME.new``), so a text format's
+    change share and DELTA file can be made against the old one, then moved into place."""
+    fmt = handler(config.snapshot.format)
     path.parent.mkdir(parents=True, exist_ok=True)
     target = path.with_name(path.name.removesuffix(".age")) if sealing.recipients else path
+    fresh = target.with_name(f".{target.name}.new")
+    options = fmt.options(**shard_options(fmt, data, gen, ts, config, sealing, prior))
+    result = fmt.save(Snapshot(data), fresh, options)
     share = 1.0
-    if snap.format == "wtxt":
-        digest, merkle, share = _write_wtxt(target, data, gen, ts, config, sealing, prior)
+    if fmt.capabilities.streams_text:
+        share = _text_companions(target, fresh, config, sealing, options)
+    os.replace(fresh, target)
+    fresh_wsum, wsum = Path(f"{fresh}.wsum"), Path(f"{target}.wsum")
+    if fresh_wsum.exists():
+        os.replace(fresh_wsum, wsum)
     else:
-        handler(snap.format).save(Snapshot(data), target)
-        digest, merkle = _file_sha256(target), "-"
+        wsum.unlink(missing_ok=True)
     if sealing.recipients:
         _armor(target, path, sealing.recipients)
-    entry = ShardEntry(path.name, f"{gen:06d}", digest, merkle, content, tuple(sorted(data)))
+    digest = result.sha256_all or result.sha256       # the format's own seal, else the file's
+    entry = ShardEntry(path.name, f"{gen:06d}", digest, result.merkle_this or "-", content,
+                       tuple(sorted(data)))
     return entry, share
 
 
-def _write_wtxt(target: Path, data, gen: int, ts: str, config: Config, sealing: Sealing,
-                prior: ShardEntry | None) -> tuple[str, str, float]:
-    """Write a WTXT shard; with ``snapshot.delta`` also ``<shard>delta`` from the old file."""
+def shard_options(fmt, data: dict[str, np.ndarray], gen: int, ts: str, config: Config,
+                  sealing: Sealing, prior: ShardEntry | None) -> dict:
+    """The daemon's settings a shard writer takes: every format gets gen, ts and build; the
+    rest only where the format's options class declares them (keys where it can seal)."""
     snap = config.snapshot
-    fresh = target.with_name(f".{target.name}.new")
-    streaming = sum(a.nbytes for a in data.values()) > snap.streaming_threshold
-    result = handler("wtxt").save(
-        Snapshot(data), fresh, gen=gen, ts=ts, build=snap.build, schema=snap.schema,
-        host=snap.host, cuda=snap.cuda, row_blocking=snap.row_blocking,
-        rows_per_chunk=snap.rows_per_chunk or None, hmac_key=sealing.hmac_key,
-        sign_key=sealing.sign_key, map_names=True, streaming=streaming,
-        merkle_prev=prior.merkle_this if prior and prior.merkle_this != "-" else None)
+    offered = {
+        "gen": gen, "ts": ts, "build": snap.build, "schema": snap.schema, "host": snap.host,
+        "cuda": snap.cuda, "row_blocking": snap.row_blocking,
+        "rows_per_chunk": snap.rows_per_chunk or None,
+        "streaming": sum(a.nbytes for a in data.values()) > snap.streaming_threshold,
+        "merkle_prev": prior.merkle_this if prior and prior.merkle_this != "-" else None,
+    }
+    if fmt.capabilities.can_hmac:
+        offered["hmac_key"] = sealing.hmac_key
+    if fmt.capabilities.can_sign:
+        offered["sign_key"] = sealing.sign_key
+    declared = {f.name for f in dataclasses.fields(fmt.options_type)}
+    return {k: v for k, v in offered.items() if k in declared}
+
+
+def _text_companions(target: Path, fresh: Path, config: Config, sealing: Sealing,
+                     options) -> float:
+    """For a line-diffed text shard: the share of chunks that changed against the old file,
+    and (with ``snapshot.delta``) the DELTA file beside it."""
     share = changed_share(target, fresh) if target.exists() else 1.0
     delta = target.with_name(target.name + "delta")
     delta.unlink(missing_ok=True)
-    if snap.delta and not sealing.recipients and not streaming and target.exists():
+    streaming = getattr(options, "streaming", False)
+    if config.snapshot.delta and not sealing.recipients and not streaming and target.exists():
         from snapops.formats.wtxt.delta import DeltaMismatch, make_delta
 
         try:
             make_delta(target, fresh, delta, hmac_key=sealing.hmac_key)
         except DeltaMismatch as exc:  # layout changed: the full shard is all there is
             log.info("no delta for %s: %s", target.name, exc)
-    os.replace(fresh, target)
-    fresh_wsum, wsum = Path(f"{fresh}.wsum"), Path(f"{target}.wsum")
-    if streaming:
-        os.replace(fresh_wsum, wsum)
-    else:
-        wsum.unlink(missing_ok=True)
-    return result.sha256_all, result.merkle_this, share
+    return share
 
 
 def changed_share(old: Path, new: Path) -> float:
     """Share of chunks whose SHA-256 differs (1.0 when the layouts differ)."""
-    from snapops.formats.wtxt._index import open_index
+    from snapops.formats.wtxt import open_index
     from snapops.formats.wtxt.delta import chunk_sha_pairs
 
     try:
@@ -192,14 +210,6 @@ def _armor(plain: Path, armored: Path, recipients: tuple[str, ...]) -> None:
         if wsum.exists():
             encrypt_file(wsum, Path(str(armored) + ".wsum"), list(recipients))
             wsum.unlink()
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _append_ledger(repo_root: Path, config: Config, sealing: Sealing, gen_text: str, ts: str,

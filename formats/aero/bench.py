@@ -50,7 +50,7 @@ def bench_aero(size_bytes: int = 1 << 30, workdir: str | os.PathLike | None = No
                 first = f[f.names[0]]
                 del first
             t3 = time.perf_counter()
-            report = verify(path, "full")
+            report = verify(path, level="full")
             t4 = time.perf_counter()
             if not report.ok:
                 raise RuntimeError(f"benchmark file failed verification: {report.failure}")

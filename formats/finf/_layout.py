@@ -33,6 +33,7 @@ class Plan:
     pad: int                        # unused bytes between the tree and the first block
     blocks: tuple[BlockSlot, ...]
     size: int
+    sha256: str | None = None       # of the written file, once written
 
 
 def align_up(value: int, align: int) -> int:

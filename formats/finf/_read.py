@@ -186,6 +186,10 @@ class FinfFile(ArrayMapping):
     def names(self) -> list[str]:
         return list(self.refs)
 
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        ref = self.refs[name]
+        return ref.np_dtype.newbyteorder("="), tuple(ref.shape)
+
     def array(self, name: str) -> np.ndarray:
         """Array ``name``: a read-only view on the map for raw little-endian blocks."""
         ref = self.refs[name]

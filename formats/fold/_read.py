@@ -255,6 +255,11 @@ class FoldFile(ArrayMapping):
         self._peer_arrays()
         return {**self.snap_meta, **self._foreign_meta}
 
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        if name in self._spec:
+            return self._spec[name].dtype, tuple(self._spec[name].shape)
+        return super().spec(name)
+
     def array(self, name: str) -> np.ndarray:
         """One array, reading only its chunks (a writable copy, independent of the map)."""
         if name in self._spec:

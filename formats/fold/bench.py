@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _ecc
-from . import load, save, verify
+from . import FoldFile, load, save, verify
 
 
 def bench_fold(size_bytes: int, workdir: str | os.PathLike | None = None, *,
@@ -35,12 +35,13 @@ def bench_fold(size_bytes: int, workdir: str | os.PathLike | None = None, *,
         path = Path(tmp) / "bench.fold"
         with measure() as w:
             info = save(state, path, level=3, workers=workers)
-        out["file_bytes"] = info["file_bytes"]
+        out["file_bytes"] = info.size
         with measure() as r:
             loaded = load(path, workers=workers)
         del loaded
         with measure() as rp:
-            loaded = load(path, workers=workers, use_mmap=False)
+            with FoldFile.open(path, workers=workers, use_mmap=False) as f:
+                loaded = f.load()
         del loaded
         with measure() as v:
             report = verify(path, workers=workers)

@@ -7,21 +7,24 @@ import os
 from ..errors import FormatError, SnapopsError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..report import Report
-from ._parse import Checks, parse_stream
+from ._parse import Checks, ParseResult, parse_stream
 from .wsum import wsum_path
 
 CHECKS = ["grammar", "signature", "parity", "base64", "crc32c", "chunk_sha256", "array_sha256",
           "hmac", "cap", "sha256_all", "merkle", "fastxor"]
 
 
-def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
-           require_hmac: bool = False, require_signature: bool = False, wsum=None,
-           threads: int = 2) -> Report:
-    """Check a WTXT file fully; never raises for bad content (see ``report.failure``).
+def verify_file(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
+                require_hmac: bool = False, require_signature: bool = False, wsum=None,
+                threads: int = 2) -> Report:
+    """Check a WTXT file fully; never raises for bad content (see ``report.failure``). The
+    format contract (``snapops.formats.wtxt.verify``) calls this with its VerifyOptions.
 
-    >>> report = verify("x.wtxt", hmac_key="hmac.key", trusted_keys=["keys/"],
-    ...                 require_signature=True)
-    >>> report.ok, report.failure
+    Example::
+
+        report = verify_file("x.wtxt", hmac_key="hmac.key", trusted_keys=["keys/"],
+                             require_signature=True)
+        report.ok, report.failure
     """
     name = os.fspath(path)
     try:
@@ -38,7 +41,7 @@ def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
 def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
                   require_hmac: bool = False, require_signature: bool = False, wsum=None,
                   wsum_default: str | None = None, threads: int = 2) -> Report:
-    """``verify`` for an open binary stream (a file, a pipe, a decrypting reader)."""
+    """``verify_file`` for an open binary stream (a file, a pipe, a decrypting reader)."""
     report = Report(path=name, format="wtxt")
     try:
         checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys),
@@ -61,11 +64,20 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
         "sha256_all": result.root.sha256_all, "merkle_this": result.root.merkle_this,
         "keyid": result.header.keyid, "streaming": result.header.pending,
     }
+    unmet = hmac_requirement(result, checks, require_hmac)
+    return report.fail(unmet) if unmet is not None else report
+
+
+def hmac_requirement(result: ParseResult, checks: Checks,
+                     require_hmac: bool) -> FormatError | None:
+    """The failure ``require_hmac`` demands (no key, or an unauthenticated array), or None."""
+    if not require_hmac:
+        return None
+    if checks.hmac_key is None:
+        return FormatError(check="hmac", expected="an HMAC key (--hmac-key)",
+                           got="no key given (--require-hmac)")
     unauth = [a.line.name for a in result.arrays if a.line.unauthenticated]
-    if require_hmac and checks.hmac_key is None:
-        return report.fail(FormatError(check="hmac", expected="an HMAC key (--hmac-key)",
-                                       got="no key given (--require-hmac)"))
-    if require_hmac and unauth:
-        return report.fail(FormatError(check="hmac", array=unauth[0],
-                                       expected="authenticated arrays", got="hmac=0"))
-    return report
+    if unauth:
+        return FormatError(check="hmac", array=unauth[0], expected="authenticated arrays",
+                           got="hmac=0")
+    return None

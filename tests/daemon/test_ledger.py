@@ -76,7 +76,7 @@ def test_append_then_verify_ok(chain):
     assert [e.gen for e in entries] == [1, 2, 3, 4]
     for entry, result in zip(entries, results):
         assert (entry.sha256_all, entry.merkle_prev, entry.merkle_this) == (
-            result.sha256_all, result.merkle_prev, result.merkle_this)
+            result.sha256_all, result.details["merkle_prev"], result.merkle_this)
         assert entry.path == f"snapshots/run1/s{entry.gen}.wtxt" and entry.format == "wtxt"
         assert entry.keyid is None and entry.build == "unknown"
 
@@ -86,15 +86,15 @@ def test_lines_follow_the_documented_grammar_checked_independently(chain):
     prev = bytes(32)
     for line, result in zip(lines_of(ledger), results):
         body, _, chain_field = line.partition(b" chain=")
+        gen, prev_link = result.details["gen"], result.details["merkle_prev"]
         assert body == (
-            f"gen={result.gen} ts={TS} sha256_all={result.sha256_all} "
-            f"merkle_prev={result.merkle_prev} merkle_this={result.merkle_this} "
-            f"path=snapshots/run1/s{int(result.gen)}.wtxt format=wtxt keyid=- build=unknown"
+            f"gen={gen} ts={TS} sha256_all={result.sha256_all} "
+            f"merkle_prev={prev_link} merkle_this={result.merkle_this} "
+            f"path=snapshots/run1/s{int(gen)}.wtxt format=wtxt keyid=- build=unknown"
         ).encode()
         expected = hashlib.sha256(prev + body).hexdigest()
         assert chain_field == expected.encode() + b"\n"
-        assert merkle_link(result.merkle_prev, result.sha256_all, TS, result.gen, "unknown") \
-            == result.merkle_this
+        assert merkle_link(prev_link, result.sha256_all, TS, gen, "unknown") == result.merkle_this
         prev = bytes.fromhex(expected)
     assert ledger.head() == prev.hex()
 
@@ -128,9 +128,9 @@ def test_streaming_snapshot_is_read_through_its_wsum(tmp_path):
 def test_signed_snapshot_records_its_keyid(tmp_path, keydir):
     ledger = Ledger(tmp_path / "run.ledger", root=tmp_path)
     path, result = snap(tmp_path, 1, None, sign_key=keydir / "signing.key")
-    assert result.keyid
-    assert ledger.append_snapshot(path).entry.keyid == result.keyid
-    assert f"keyid={result.keyid} ".encode() in ledger.path.read_bytes()
+    assert result.details["keyid"]
+    assert ledger.append_snapshot(path).entry.keyid == result.details["keyid"]
+    assert f"keyid={result.details['keyid']} ".encode() in ledger.path.read_bytes()
     assert ledger.verify().ok
 
 
@@ -279,7 +279,7 @@ def test_entry_not_chaining_but_with_a_valid_chain_field_fails_the_merkle_check(
     ledger, results = chain
     bogus_prev = "ab" * 32
     path, result = snap(tmp_path, 5, bogus_prev)
-    assert result.merkle_prev == bogus_prev
+    assert result.details["merkle_prev"] == bogus_prev
     body = (f"gen=000005 ts={TS} sha256_all={result.sha256_all} merkle_prev={bogus_prev} "
             f"merkle_this={result.merkle_this} path=snapshots/run1/s5.wtxt format=wtxt "
             f"keyid=- build=unknown").encode()

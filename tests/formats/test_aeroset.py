@@ -62,13 +62,13 @@ def test_parts_are_standalone_aero_with_global_shard_ids(tmp_path):
 def test_verify_levels_and_detection(tmp_path):
     index = write_set(tmp_path)
     for level in ("control", "full"):
-        report = aeroset.verify(index, level)
+        report = aeroset.verify(index, level=level)
         assert report.ok, report.failure
     assert report.arrays == 24
     handler = registry.detect(index)
     assert handler.name == "aeroset" and handler.load(index).equal(aeroset.load(index))
     assert registry.handler_for_suffix(index).name == "aeroset"
-    assert aeroset.inspect(index)["tensors"] == 24
+    assert len(aeroset.inspect(index)["arrays"]) == 24
 
 
 def test_tampered_part_fails_sha256(tmp_path):
@@ -78,8 +78,8 @@ def test_tampered_part_fails_sha256(tmp_path):
     blob = bytearray(part.read_bytes())
     blob[-1] ^= 1
     part.write_bytes(bytes(blob))
-    assert aeroset.verify(index, "full").failure.check == "sha256"
-    report = aeroset.verify(index, "control")    # no sha256 at this level; TIDX hash breaks
+    assert aeroset.verify(index, level="full").failure.check == "sha256"
+    report = aeroset.verify(index, level="control")    # no sha256 at this level; TIDX hash breaks
     assert not report.ok
 
 
@@ -89,7 +89,7 @@ def test_part_disagreeing_with_index(tmp_path):
     doc["parts"][0]["shards"], doc["parts"][1]["shards"] = (doc["parts"][1]["shards"],
                                                             doc["parts"][0]["shards"])
     index.write_text(json.dumps(doc))
-    report = aeroset.verify(index, "control")
+    report = aeroset.verify(index, level="control")
     assert report.failure.check == "aeroset"
     with pytest.raises(FormatError):
         aeroset.load(index)

@@ -21,6 +21,7 @@ from snapops.formats.errors import (
     ChecksumError, DataError, FormatError, LimitError, TruncatedError, UnsupportedVersionError,
 )
 from snapops.formats.fold import _ecc
+from snapops.formats.fold.verify import verify_file
 from snapops.formats.model import Snapshot
 from tests.formats import fold_forge as forge
 
@@ -28,6 +29,12 @@ DTYPES = ["?", "i1", "u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4
           "<c8", "<c16", np.dtype(np.longdouble).str, np.dtype(np.clongdouble).str,
           "<M8[ns]", "<M8[D]", "<m8[s]", "<M8", "S5", "<U3", "V4"]
 SHAPES = [(), (0,), (3, 0, 2), (7,), (5, 3)]
+
+
+def load_with(path, **options):
+    """FOLD's own reader with reader options (use_mmap, workers, trusted)."""
+    with fold.FoldFile.open(path, **options) as f:
+        return f.load()
 
 
 def _sample(dtype: str, shape, seed: int = 0) -> np.ndarray:
@@ -75,11 +82,11 @@ def test_options_round_trip_through_files(tmp_path, compression, ecc):
     snap = state()
     path = tmp_path / "s.fold"
     info = fold.save(snap, path, compression=compression, ecc=ecc, segment=1000)
-    assert info["chunks"] > len(snap)       # multi-piece arrays
-    assert info["file_bytes"] == path.stat().st_size
+    assert info.details["chunks"] > len(snap)       # multi-piece arrays
+    assert info.size == path.stat().st_size
     assert same(snap, fold.load(path))
-    assert same(snap, fold.load(path, use_mmap=False, workers=1))
-    report = fold.verify(path, use_mmap=ecc == "low")
+    assert same(snap, load_with(path, use_mmap=False, workers=1))
+    report = verify_file(path, use_mmap=ecc == "low")
     assert report.ok and not report.notes, report.summary()
     assert report.arrays == len(snap)
     assert [p.name for p in tmp_path.iterdir()] == ["s.fold"]
@@ -204,8 +211,8 @@ def test_ecc_corrects_and_reports(tmp_path, ecc, nsym):
     path = tmp_path / "hit.fold"
     path.write_bytes(_flip(data, hits))
     assert same(snap, fold.load(path))
-    assert same(snap, fold.load(path, use_mmap=False))
-    with fold.open_lazy(path) as f:
+    assert same(snap, load_with(path, use_mmap=False))
+    with fold.FoldFile.open(path) as f:
         assert np.array_equal(f["w"], snap["w"])
         assert f.events.results[0].repair.data_bytes == nsym // 2 + 1
     report = fold.verify(path)
@@ -512,7 +519,7 @@ def test_mind_detection_and_registry(tmp_path):
     for p in (mind, plain):
         assert registry.detect(p).name == "fold"
     assert registry.handler_for_suffix("x.mind").name == "fold"
-    assert fold.inspect(mind)["arrays"][0] == {"name": "ai_graph", "dtype": "<f8",
+    assert fold.inspect(mind)["arrays"][0] == {"name": "ai_graph", "dtype": "f64", "bytes": 32,
                                                "shape": [2, 2], "chunks": ["ai_graph"]}
 
 
@@ -521,7 +528,7 @@ def test_open_lazy_reads_only_what_it_needs(tmp_path):
     start, _, _ = _payload_offsets(data, "bad")
     path = tmp_path / "l.fold"
     path.write_bytes(_flip(data, [start]))
-    with fold.open_lazy(path) as f:
+    with fold.FoldFile.open(path) as f:
         assert f.names == ["bad", "good"] and "good" in f and len(f) == 2
         assert np.array_equal(f["good"], np.arange(10.0))
         with pytest.raises(ChecksumError):
