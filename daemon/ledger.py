@@ -243,8 +243,8 @@ class FolderSource:
     def read(self, rel: str, limit: int) -> bytes | None:
         """Up to ``limit`` bytes of ``rel``; None when there is no such file."""
         try:
-            with open(self.root / rel, "rb") as f:
-                return f.read(limit)
+            with open(self.root / rel, "rb") as f:   # no buffer larger than the file
+                return f.read(min(os.fstat(f.fileno()).st_size + 1, limit))
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -34,6 +34,10 @@ META_MEMBER = "snapops.json"
 MAX_META = 1 << 20
 MAX_HEADER = 1 << 16
 DEFLATE_RATIO = 1032           # deflate's largest expansion: a bomb claims more than this
+# what zipfile and numpy raise on damaged archives (NotImplementedError: a compression
+# method a flipped bit invented)
+ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
+              NotImplementedError, zipfile.LargeZipFile)
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -44,7 +48,7 @@ class NpzArrays(ArrayMapping):
         self.path = path
         try:
             self.zip = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        except ZIP_ERRORS as exc:
             raise FormatError("not a readable .npz archive", path=path, got=str(exc)) from exc
         try:
             self.size = os.path.getsize(path)
@@ -79,7 +83,7 @@ class NpzArrays(ArrayMapping):
             with self.zip.open(info) as member:
                 member.read(skip)
                 data = member.read(limit + 1)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        except ZIP_ERRORS as exc:
             raise FormatError("damaged member", path=self.path, array=info.filename,
                               got=str(exc), check="crc32") from exc
         return data
@@ -106,8 +110,7 @@ class NpzArrays(ArrayMapping):
                     raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
                 shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
                 offset = member.tell()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError,
-                SyntaxError) as exc:
+        except ZIP_ERRORS as exc:
             raise FormatError("not a readable .npy member", path=self.path, array=name,
                               got=str(exc)) from exc
         if dtype.hasobject or fortran:

@@ -68,9 +68,8 @@ def numpy_to_tensor(array: np.ndarray) -> Any:
     array = np.asarray(array)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    array = np.ascontiguousarray(array)
-    if not array.flags.writeable:
-        array = array.copy()
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy(order="C")       # keeps 0-d arrays 0-d
     kind = _BY_NUMPY.get(array.dtype)
     if kind is not None:
         carrier = _VIEWED[kind][0]

@@ -175,8 +175,8 @@ class AeroSet(ArrayMapping):
         self.folder, self.json_path = _paths(path)
         where = str(self.json_path)
         try:
-            with open(self.json_path, "rb") as f:
-                data = f.read(MAX_SET_JSON + 1)
+            with open(self.json_path, "rb") as f:   # read what is there, up to the bound
+                data = f.read(min(os.fstat(f.fileno()).st_size, MAX_SET_JSON) + 1)
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc
         self.doc = parse_set(data, where)
@@ -347,8 +347,7 @@ class Aeroset(SnapshotFormat):
     title = "AEROSET"
     suffixes = (".aeroset.json",)
     capabilities = Capabilities(
-        native_dtypes=NATIVE, mmap=True, chunk_index=True,
-        integrity=frozenset({"structure", "data", "metadata"}),
+        native_dtypes=NATIVE, mmap=True, integrity=frozenset({"structure", "data", "metadata"}),
         verify_levels=("full", "control"), multi_file=True)
     options_type = AerosetOptions
 
