@@ -137,12 +137,14 @@ class _TensorRef:
 class Snapshotter:
     """Hand generations to the snapops daemon without waiting for it.
 
-    >>> snap = Snapshotter("spool", max_in_flight=2)
-    >>> for step in range(1000):
-    ...     train_step()
-    ...     if step % 10 == 0:
-    ...         snap.request(model.state_dict(), gen=step)
-    >>> snap.close()
+    Example::
+
+        snap = Snapshotter("spool", max_in_flight=2)
+        for step in range(1000):
+            train_step()
+            if step % 10 == 0:
+                snap.request(model.state_dict(), gen=step)
+        snap.close()
     """
 
     def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,

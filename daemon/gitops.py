@@ -19,9 +19,11 @@ same call repeated later starts again from step 1. If the tag exists, the call r
 without committing again; if the branch tip already is this generation's commit but the tag is
 missing (a crash inside step 4), the tip is tagged instead of committing twice.
 
->>> repo = SnapshotRepo("snapshot-repo", branch="main")
->>> sha = repo.commit_generation(["snapshots/run1/MANIFEST"], "gen 1", "run1/gen-000001")
->>> repo.push("/srv/remote.git", ["run1/gen-000001"], timeout=60)
+Example::
+
+    repo = SnapshotRepo("snapshot-repo", branch="main")
+    sha = repo.commit_generation(["snapshots/run1/MANIFEST"], "gen 1", "run1/gen-000001")
+    repo.push("/srv/remote.git", ["run1/gen-000001"], timeout=60)
 """
 
 from __future__ import annotations
@@ -112,9 +114,11 @@ class SnapshotRepo:
     serialized by a lock; pushes and reads run concurrently with them (git's own ref locking
     keeps a concurrent push consistent).
 
-    >>> repo = SnapshotRepo(tmp / "repo")
-    >>> repo.head_file("ledger/run1.ledger") is None
-    True
+    Example::
+
+        repo = SnapshotRepo(tmp / "repo")
+        repo.head_file("ledger/run1.ledger") is None
+        # -> True
     """
 
     def __init__(self, path: str | os.PathLike, *, branch: str = "main",
@@ -251,8 +255,10 @@ class SnapshotRepo:
     def head_file(self, relpath: str) -> bytes | None:
         """Content of ``relpath`` at the branch tip (None before the first commit or if absent).
 
-        >>> repo.head_file("snapshots/run1/MANIFEST")[:8]
-        b'MANIFEST'
+        Example::
+
+            repo.head_file("snapshots/run1/MANIFEST")[:8]
+            # -> b'MANIFEST'
         """
         rel = self._check_path(relpath)
         spec = f"refs/heads/{self.branch}:{rel}"
@@ -280,8 +286,10 @@ class SnapshotRepo:
         commit and tag). ``tag`` already present: its commit is returned, nothing is written.
         Any failure raises GitError and leaves branch and tags as they were.
 
-        >>> repo.commit_generation(["snapshots/run1/s0.wtxt"], "run1 gen 1", "run1/gen-000001")
-        '3f1c...'
+        Example::
+
+            repo.commit_generation(["snapshots/run1/s0.wtxt"], "run1 gen 1", "run1/gen-000001")
+            # -> '3f1c...'
         """
         if isinstance(paths, str):
             raise GitError(f"{self.path}: paths must be a list of paths, not one string")
@@ -337,8 +345,10 @@ class SnapshotRepo:
         behind and git then refuses every later write. Only safe while no other git process
         writes to this repository (the daemon owns it). Returns the removed paths.
 
-        >>> repo.clear_stale_locks(min_age=0)
-        ['/srv/snap/.git/index.lock']
+        Example::
+
+            repo.clear_stale_locks(min_age=0)
+            # -> ['/srv/snap/.git/index.lock']
         """
         gitdir = Path(self._repo.git_dir)
         candidates = [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
@@ -401,7 +411,9 @@ class SnapshotRepo:
         Never forces; a rejected ref, an unreachable remote or ``timeout`` seconds elapsing
         (git and its helpers are killed) raise PushError naming the remote and git's message.
 
-        >>> repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], timeout=30)
+        Example::
+
+            repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], timeout=30)
         """
         specs = []
         if self.head_commit() is not None:

@@ -46,10 +46,12 @@ The chain makes any edit, deletion or reordering visible unless every later line
 too; pin the ledger's head (``Ledger.head()``, the last chain value) in a signed tag or pass it to
 ``verify(head=...)`` to also catch a rewritten or truncated tail.
 
->>> ledger = Ledger("ledger/run1.ledger", root=".")
->>> ledger.append_snapshot("snapshots/run1/s.wtxt")
->>> ledger.verify().ok
-True
+Example::
+
+    ledger = Ledger("ledger/run1.ledger", root=".")
+    ledger.append_snapshot("snapshots/run1/s.wtxt")
+    ledger.verify().ok
+    # -> True
 """
 
 from __future__ import annotations
@@ -154,8 +156,10 @@ def chain_next(prev_chain: str, body: bytes) -> str:
 def format_line(entry: LedgerEntry, prev_chain: str = ZERO_HASH) -> bytes:
     """The exact bytes of the ledger line for ``entry`` after a line whose chain is ``prev_chain``.
 
-    >>> format_line(entry).endswith(b"\\n")
-    True
+    Example::
+
+        format_line(entry).endswith(b"\\n")
+        # -> True
     """
     body = entry.body()
     return body + b" chain=" + chain_next(prev_chain, body).encode() + b"\n"
@@ -447,9 +451,11 @@ def compare_entry(rec: LedgerLine, values: dict, where: str) -> LedgerError | No
 class Ledger:
     """An append-only ledger file. ``root`` (default: the ledger's folder) anchors entry paths.
 
-    >>> ledger = Ledger("ledger/run1.ledger", root=".")
-    >>> [e.gen for e in ledger.entries()]
-    [1, 2, 3]
+    Example::
+
+        ledger = Ledger("ledger/run1.ledger", root=".")
+        [e.gen for e in ledger.entries()]
+        # -> [1, 2, 3]
     """
 
     def __init__(self, path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> None:
@@ -513,8 +519,10 @@ class Ledger:
     def append(self, entry: LedgerEntry) -> LedgerLine:
         """Append ``entry`` if it extends the chain; refuse it with a LedgerError otherwise.
 
-        >>> Ledger("run1.ledger").append(entry).line_no
-        4
+        Example::
+
+            Ledger("run1.ledger").append(entry).line_no
+            # -> 4
         """
         body = entry.body()
         if entry.derived_merkle() != entry.merkle_this:
@@ -569,7 +577,9 @@ class Ledger:
                         root: str | os.PathLike | None = None) -> LedgerLine:
         """Append the entry of a WTXT snapshot (header, or WSUM for a streaming file).
 
-        >>> Ledger("ledger/run1.ledger", root=".").append_snapshot("snapshots/run1/s.wtxt")
+        Example::
+
+            Ledger("ledger/run1.ledger", root=".").append_snapshot("snapshots/run1/s.wtxt")
         """
         return self.append(entry_for_snapshot(snapshot, self.root if root is None else root))
 
@@ -581,8 +591,10 @@ class Ledger:
         ``allow_missing`` accepts pruned snapshot files (noted, not failed); ``contiguous``
         demands gen n+1 after gen n; ``head`` is the chain value the last line must carry.
 
-        >>> report = Ledger("ledger/run1.ledger", root=".").verify()
-        >>> report.ok, [str(p) for p in report.problems]
+        Example::
+
+            report = Ledger("ledger/run1.ledger", root=".").verify()
+            report.ok, [str(p) for p in report.problems]
         """
         report = LedgerReport(path=self._name(), format="ledger")
         report.checks = ["grammar", "order", "chain", "merkle"] + (["file"] if check_files else [])

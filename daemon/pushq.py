@@ -11,12 +11,14 @@ The queue is in memory: the caller persists COMMITTED/PUSHED (the WAL) and enque
 a restart (``remotes=`` limits an enqueue to the remotes that still lack a generation).
 Callbacks run on scheduler threads, never under the queue's lock, one at a time per remote.
 
->>> queue = PushQueue(repo, cfg.repo.remotes, cfg.push, on_pushed=wal.pushed, run="run1")
->>> queue.start()
->>> queue.enqueue(1)
->>> queue.flush(timeout=30)
-True
->>> queue.stop()
+Example::
+
+    queue = PushQueue(repo, cfg.repo.remotes, cfg.push, on_pushed=wal.pushed, run="run1")
+    queue.start()
+    queue.enqueue(1)
+    queue.flush(timeout=30)
+    # -> True
+    queue.stop()
 """
 
 from __future__ import annotations

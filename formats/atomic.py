@@ -30,7 +30,9 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     abort (e.g. to verify the content before it becomes visible).
 
     >>> with atomic_write("x.wtxt") as f:
-    ...     f.write(b"...")
+    ...     _ = f.write(b"...")
+    >>> Path("x.wtxt").read_bytes()
+    b'...'
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")

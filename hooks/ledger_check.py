@@ -12,9 +12,11 @@ matching the snapshot it names in the same tree.
 
 Both versions are streamed line by line from ``git cat-file``.
 
->>> report = check_ledger(ctx, git.index(), "ledger/run1.ledger", new_oid, head_oid, "HEAD")
->>> [str(p) for p in report.problems]
-['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...']
+Example::
+
+    report = check_ledger(ctx, git.index(), "ledger/run1.ledger", new_oid, head_oid, "HEAD")
+    [str(p) for p in report.problems]
+    # -> ['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...']
 """
 
 from __future__ import annotations

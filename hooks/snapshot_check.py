@@ -7,10 +7,12 @@ verified streaming from ``git cat-file`` (or from the work-tree copy proven to b
 verifiers map the file. ``.wsum`` files are verified with the ``.wtxt`` beside them; DELTA files
 need their base and are only noted.
 
->>> ctx = Context(git, cfg, tmp)
->>> report = verify_blob(ctx, git.index(), "snapshots/run1/s.wtxt", oid)
->>> report.ok, str(report.failure)
-(False, 'snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...')
+Example::
+
+    ctx = Context(git, cfg, tmp)
+    report = verify_blob(ctx, git.index(), "snapshots/run1/s.wtxt", oid)
+    report.ok, str(report.failure)
+    # -> (False, 'snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...')
 """
 
 from __future__ import annotations

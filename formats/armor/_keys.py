@@ -67,8 +67,10 @@ def load_identities(path: str | os.PathLike) -> list:
     """Identities from an age identity file (``AGE-SECRET-KEY-1...`` lines, ``#`` comments) or
     an unencrypted OpenSSH private key (ed25519 or rsa). Errors name the line, never the key.
 
-    >>> load_identities("age.key")
-    [<pyrage.x25519.Identity ...>]
+    Example::
+
+        load_identities("age.key")
+        # -> [<pyrage.x25519.Identity ...>]
     """
     data = read_key_file(path, "identity")
     if is_armored(data):

@@ -90,8 +90,10 @@ def tree_meta(root: Root) -> dict:
 class FinfFile(ArrayMapping):
     """An open FINF file: ``names``, ``f[name]`` (a read-only view), ``meta()``, ``blocks``.
 
-    >>> with FinfFile("model.finf") as f:
-    ...     w = f["layer.0.weight"]
+    Example::
+
+        with FinfFile("model.finf") as f:
+            w = f["layer.0.weight"]
     """
 
     def __init__(self, path: str | os.PathLike, *, limits: S.Limits = S.DEFAULT_LIMITS) -> None:

@@ -87,8 +87,10 @@ def bench_finf(size_bytes: int = 1 << 30, workdir: str | os.PathLike | None = No
 
     GB/s are 10**9 bytes of array data per second; times are milliseconds.
 
-    >>> bench_finf(64 << 20, "/tmp")["write_gbps_no_checksum"] > 0
-    True
+    Example::
+
+        bench_finf(64 << 20, "/tmp")["write_gbps_no_checksum"] > 0
+        # -> True
     """
     state = make_state(size_bytes, arrays)
     small = make_state(arrays * 1024, arrays)

@@ -79,9 +79,11 @@ class FoldFile(ArrayMapping):
 
     ``FoldFile.open(path, use_mmap=...)`` opens a file; ``FoldFile(data)`` parses bytes.
 
-    >>> with FoldFile.open("model.fold", use_mmap=True) as f:
-    ...     f.names, f["w"].shape
-    (['w'], (2, 3))
+    Example::
+
+        with FoldFile.open("model.fold", use_mmap=True) as f:
+            f.names, f["w"].shape
+        # -> (['w'], (2, 3))
     """
 
     def __init__(self, source, *, path: str | None = None, limits: Limits = DEFAULT_LIMITS,

@@ -1,8 +1,10 @@
 """FOLD throughput for ``snapops bench formats`` (a measurement, never a test assertion).
 
->>> r = bench_fold(64 << 20, "/tmp")
->>> sorted(r)[:3]
-['cpu_seconds', 'ecc_backend', 'file_bytes']
+Example::
+
+    r = bench_fold(64 << 20, "/tmp")
+    sorted(r)[:3]
+    # -> ['cpu_seconds', 'ecc_backend', 'file_bytes']
 """
 
 from __future__ import annotations

@@ -144,8 +144,10 @@ class LazyWtxt(ArrayMapping):
     """Index of a WTXT file; ``lazy[name]`` decodes one array (chunk and array hashes checked,
     HMAC too with a key). The root hash needs every array: use ``verify`` for that.
 
-    >>> with open_lazy("state.wtxt") as lazy:
-    ...     emb = lazy["emb"]
+    Example::
+
+        with open_lazy("state.wtxt") as lazy:
+            emb = lazy["emb"]
     """
 
     def __init__(self, path: str | os.PathLike, *, hmac_key=None) -> None:
