@@ -148,7 +148,7 @@ def test_empty_ledger_verifies_and_missing_ledger_fails(tmp_path):
 def test_append_refuses_gen_not_greater(chain, tmp_path):
     ledger, _ = chain
     before = ledger.path.read_bytes()
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError, match=r"\[order\] refused: gen must increase") as info:
         ledger.append_snapshot(tmp_path / "snapshots" / "run1" / "s4.wtxt")
     assert info.value.check == "order" and info.value.line == 5
     assert "000004" in str(info.value)
@@ -159,7 +159,8 @@ def test_append_refuses_merkle_prev_not_matching_last(chain, tmp_path):
     ledger, results = chain
     before = ledger.path.read_bytes()
     path, _ = snap(tmp_path, 5, results[2].merkle_this, name="fork.wtxt")  # chains on gen 3
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError,
+                       match=r"\[merkle\] refused: .*fork\.wtxt does not chain") as info:
         ledger.append_snapshot(path)
     assert info.value.check == "merkle" and info.value.line == 5
     assert results[3].merkle_this in str(info.value)
@@ -172,7 +173,8 @@ def test_append_refuses_entry_whose_merkle_does_not_rederive(tmp_path):
     entry = LedgerEntry(gen=1, ts=TS, sha256_all="a" * 64, merkle_prev=ZERO,
                         merkle_this="b" * 64, path="x.wtxt")
     ledger = Ledger(tmp_path / "run.ledger")
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError,
+                       match=r"\[merkle\] refused: merkle_this does not re\-derive") as info:
         ledger.append(entry)
     assert info.value.check == "merkle"
     assert not ledger.path.exists()
@@ -184,7 +186,7 @@ def test_append_refuses_unsafe_paths(tmp_path, bad):
     sha = "c" * 64
     entry = LedgerEntry(gen=1, ts=TS, sha256_all=sha, merkle_prev=ZERO,
                         merkle_this=merkle_link(ZERO, sha, TS, "000001", "unknown"), path=bad)
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(FormatError, match=r"\[(grammar|path)\]") as info:
         Ledger(tmp_path / "run.ledger").append(entry)
     assert info.value.check in ("path", "grammar")
     assert not (tmp_path / "run.ledger").exists()
@@ -194,7 +196,7 @@ def test_append_snapshot_outside_root_is_refused(tmp_path):
     inside = tmp_path / "repo"
     inside.mkdir()
     path, _ = snap(tmp_path, 1, None)  # tmp_path/snapshots/..., outside repo/
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError, match=r"\[path\]") as info:
         Ledger(inside / "run.ledger", root=inside).append_snapshot(path)
     assert info.value.check == "path"
 
@@ -210,7 +212,7 @@ def test_failed_write_leaves_no_partial_line(chain, tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "write", half_then_fail)
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(FormatError, match=r"\[io\]") as info:
         ledger.append_snapshot(path)
     monkeypatch.undo()
     assert info.value.check == "io" and "No space" in str(info.value)
@@ -339,11 +341,12 @@ def test_truncated_last_line_is_a_partial_write(chain, tmp_path):
     problem = only_problem(ledger.verify(check_files=False))
     assert isinstance(problem, TruncatedError) and problem.line == 4
     assert "partial" in str(problem)
-    with pytest.raises(TruncatedError) as info:
+    with pytest.raises(TruncatedError,
+                       match=r"\[truncated\] partial last line \(an interrupted") as info:
         list(ledger.entries())
     assert info.value.line == 4
     path, _ = snap(tmp_path, 5, results[3].merkle_this)
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] partial last line \(an interrupted"):
         ledger.append_snapshot(path)
     assert ledger.path.read_bytes() == data[:-10]
 
@@ -372,7 +375,7 @@ def test_read_refuses_unsafe_paths_naming_the_line(chain, path):
     write_lines(ledger, lines)
     problem = only_problem(ledger.verify())
     assert (problem.line, problem.check) == (2, "path") and path in str(problem)
-    with pytest.raises(LedgerError):
+    with pytest.raises(LedgerError, match=r"\[path\] refused"):
         list(ledger.entries())
 
 
@@ -491,7 +494,7 @@ def test_cli_usage_errors(tmp_path, capsys):
     assert main(["ledger"]) == 2
     assert main(["ledger", "show", str(tmp_path / "missing.ledger")]) == 2
     assert "missing.ledger" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit, match=r"^0$") as info:
         main(["ledger", "verify", "--help"])
     assert info.value.code == 0
     assert "example:" in capsys.readouterr().out

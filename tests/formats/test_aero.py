@@ -219,7 +219,7 @@ def test_uuid_options(tmp_path):
     allowed = set(range(52, 68)) | set(range(ihsh["at"] + 48, ihsh["at"] + 80)) | set(
         range(ihsh["offset"], ihsh["offset"] + 256))
     assert diff and set(diff) <= allowed     # only the uuid and what hashes it differ
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"uuid: badly formed hexadecimal UUID string"):
         write(tmp_path, name="bad.aero", uuid="nope")
 
 
@@ -419,7 +419,7 @@ def test_truncation_at_every_offset(tmp_path):
     cut = tmp_path / "cut.aero"
     for n in range(len(data)):
         cut.write_bytes(data[:n])
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[(grammar|truncated)\]"):
             aero.load(cut)
         if n % 97 == 0:
             report = aero.verify(cut)
@@ -544,7 +544,8 @@ HOSTILE = {
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_files_raise_typed_errors(tmp_path, case):
     make, error = HOSTILE[case]
-    with pytest.raises(error):
+    with pytest.raises(error,
+                       match=r"\[[a-z0-9_]+\]"):
         load_bytes(tmp_path, make())
     report = aero.verify(tmp_path / "h.aero")
     assert not report.ok and isinstance(report.failure, error)
@@ -579,11 +580,11 @@ def test_writer_enforces_limits(tmp_path, monkeypatch):
     from snapops.formats.aero import _layout
     monkeypatch.setattr(_layout.S, "MAX_ENTRY_COUNT", 8)
     state = {f"t{i}": np.ones(4, np.float32) for i in range(10)}
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] too many chunks"):
         aero.save(state, tmp_path / "x.aero", shard_max=1)
     monkeypatch.setattr(_layout.S, "MAX_ENTRY_COUNT", 1_000_000)
     monkeypatch.setattr(_layout.S, "MAX_STRING_TABLE", 64)
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] string table too large"):
         aero.save(state, tmp_path / "x.aero", shard_max=1)
     assert not list(tmp_path.iterdir())
 

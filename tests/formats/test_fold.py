@@ -112,9 +112,9 @@ def test_non_native_layouts_and_meta(tmp_path):
     assert np.array_equal(back["t"], base.T) and np.array_equal(back["strided"], base[::2, ::3])
     assert back["be"].dtype == np.dtype("<i4") and np.array_equal(back["be"], base)
     assert back.meta == snap.meta
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"meta 'bad': only str keys and"):
         fold.dumps(Snapshot({"x": np.zeros(2)}, {"bad": [1]}))
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"array 's': dtype \[\('a', '<i4'\)\] cannot"):
         fold.dumps({"s": np.zeros(2, [("a", "i4")])})
 
 
@@ -166,7 +166,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk on fire")
     monkeypatch.setattr("snapops.formats.fold._write.index_bytes", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"disk on fire"):
         fold.save({"x": np.zeros(3)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["a.fold"]
@@ -230,7 +230,7 @@ def test_too_many_errors_is_a_typed_error(tmp_path):
     start, _, _ = _payload_offsets(data, "w")
     path = tmp_path / "bad.fold"
     path.write_bytes(_flip(data, range(start, start + 9)))     # 9 > 16/2 in one block
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError, match=r"\[ecc\] chunk 0: chunk 'w' is") as err:
         fold.load(path)
     assert err.value.check == "ecc" and err.value.path == str(path)
     report = fold.verify(path)
@@ -268,14 +268,15 @@ def test_damaged_parity_with_intact_data_is_accepted(tmp_path):
 def test_crc_without_ecc_and_sha_mismatch():
     data = fold.dumps({"w": np.arange(50.0)}, compression="none")
     start, _, _ = _payload_offsets(data, "w")
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'w' CRC32C") as err:
         fold.loads(_flip(data, [start + 4]))
     assert err.value.check == "crc32c"
     # a forged entry whose CRC holds but whose SHA-256 (and chunk_hashes) were changed
     index = forge.index_of(data)
     index["chunks"][0]["sha256"] = "0" * 64
     index["metadata"]["chunk_hashes"]["w"] = "0" * 64
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError,
+                       match=r"\[chunk_sha256\] chunk 0: chunk 'w' SHA\-256") as err:
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
     assert err.value.check == "chunk_sha256"
 
@@ -288,12 +289,13 @@ def test_manifest_hash_tamper_is_an_error(tmp_path):
     index["metadata"]["snapops"]["meta"]["gen"] = 2
     path = tmp_path / "t.fold"
     path.write_bytes(forge.with_index(data, forge.dump(index)))
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError,
+                       match=r"\[manifest_hash\] manifest_hash does not match the") as err:
         fold.load(path)
     assert err.value.check == "manifest_hash"
     assert fold.verify(path).failure.check == "manifest_hash"
     index["metadata"]["manifest_hash"] = "f" * 64
-    with pytest.raises(ChecksumError):
+    with pytest.raises(ChecksumError, match=r"\[manifest_hash\] manifest_hash does not match the"):
         fold.loads(forge.with_index(data, forge.dump(index)))
 
 
@@ -301,11 +303,12 @@ def test_chunk_hashes_must_match_entries():
     data = fold.dumps({"w": np.zeros(3)})
     index = forge.index_of(data)
     index["metadata"]["chunk_hashes"]["w"] = "1" * 64
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError,
+                       match=r"\[chunk_hashes\] chunk 0: chunk_hashes\['w'\] differs from") as err:
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
     assert err.value.check == "chunk_hashes"
     del index["metadata"]["chunk_hashes"]
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[chunk_hashes\] metadata lacks chunk_hashes"):
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
 
 
@@ -314,9 +317,9 @@ def test_chunk_hashes_must_match_entries():
 def test_truncation_at_every_offset_and_trailing_bytes():
     data = fold.dumps(state(), ecc="rs(16)", segment=700)
     for n in range(len(data)):
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[truncated\]"):
             fold.loads(data[:n])
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] file shorter than the FOLD"):
         fold.loads(data[:10])
     with pytest.raises(FormatError, match="after the index"):
         fold.loads(data + b"\0")
@@ -327,7 +330,7 @@ def test_truncated_file_on_disk(tmp_path):
     path = tmp_path / "cut.fold"
     for n in (0, 5, 28, len(data) // 2, len(data) - 1):
         path.write_bytes(data[:n])
-        with pytest.raises(FormatError) as err:
+        with pytest.raises(FormatError, match=r"\[truncated\]") as err:
             fold.load(path)
         assert err.value.path == str(path)
         assert not fold.verify(path).ok
@@ -357,7 +360,7 @@ def _patch_entry(data: bytes, **fields) -> bytes:
 ])
 def test_bad_entries_are_typed_errors(fields, error):
     data = fold.dumps({"a": np.zeros(100), "b": np.ones(100)})
-    with pytest.raises(error):
+    with pytest.raises(error, match=r"\[(grammar|limit|version)\]"):
         fold.loads(_patch_entry(data, **fields))
 
 
@@ -370,20 +373,20 @@ def test_overlapping_and_swapped_extents():
     index = forge.index_of(data)
     a, b = index["chunks"]
     a["offset"], b["offset"] = b["offset"], a["offset"]     # headers no longer agree
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError, match=r"\[chunk_header\] chunk 0: chunk header of") as err:
         fold.loads(forge.with_index(data, forge.dump(index)))
     assert err.value.check == "chunk_header"
 
 
 def test_terabyte_declarations_fail_fast():
     header = struct.pack(">8sIQQ", forge.MAGIC, 28, 28, 2**42)
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] index too large"):
         fold.loads(header + b"{}")
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] index extends past the end"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 28, 2**50, 100))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[grammar\] index_off points into the header"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 28, 3, 0))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[grammar\] bad header_len"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 29, 28, 0))
 
 
@@ -414,11 +417,11 @@ def test_write_limits():
         fold.dumps(state(), limits=fold.Limits(max_index=200))
     with pytest.raises(DataError, match="segment"):
         fold.dumps(state(), segment=2000, limits=fold.Limits(max_chunk=1000))
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] chunk 0: chunk uncomp_len too"):
         fold.loads(fold.dumps(state()), limits=fold.Limits(max_chunk=100))
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"ecc must be none, low, med"):
         fold.dumps(state(), ecc="rs(300)")
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"compression must be 'zstd' or 'none'"):
         fold.dumps(state(), compression="lz4")
 
 
@@ -432,7 +435,7 @@ def test_write_limits():
 ])
 def test_malformed_index_json(raw):
     data = fold.dumps({})
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|version)\]"):
         fold.loads(forge.with_index(data, raw))
 
 
@@ -457,7 +460,7 @@ def test_bad_array_table(patch):
     data = fold.dumps({"w": np.zeros(4)})
     index = forge.index_of(data)
     patch(index["metadata"])
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|limit|version)\]"):
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
 
 
@@ -488,7 +491,7 @@ def test_npz0_chunks_load_without_pickle():
         z.writestr("x.npy", member.getvalue() + bytes(8))
     with pytest.raises(FormatError, match="npy data size"):
         fold.loads(forge.build([forge.chunk("n", "NPZ0", buf.getvalue())]))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[npz\] chunk 0: chunk 'n' is"):
         fold.loads(forge.build([forge.chunk("n", "NPZ0", b"PK\x03\x04junk")]))
 
 
@@ -531,11 +534,11 @@ def test_open_lazy_reads_only_what_it_needs(tmp_path):
     with fold.FoldFile.open(path) as f:
         assert f.names == ["bad", "good"] and "good" in f and len(f) == 2
         assert np.array_equal(f["good"], np.arange(10.0))
-        with pytest.raises(ChecksumError):
+        with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'bad' CRC32C"):
             f["bad"]
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[grammar\] array missing: no such array"):
             f["missing"]
-    with pytest.raises(ChecksumError):
+    with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'bad' CRC32C"):
         fold.load(path)
 
 

@@ -183,7 +183,8 @@ def test_torch_payloads_need_weights_only_unless_trusted(tmp_path):
     with foldio.FoldWriter(str(path)) as writer:
         writer.add_chunk("torch_state", "TSAV", buf.getvalue())
         writer.finalize(metadata={})
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError,
+                       match=r"\[torch_load\] chunk 0: chunk 'torch_state'") as err:
         fold.load(path)
     assert err.value.check == "torch_load"
     assert np.array_equal(load_with(path, trusted=True)["w"], np.ones(2, np.float32))

@@ -129,7 +129,8 @@ def test_codec_round_trip(meta):
 @pytest.mark.parametrize("bad", [{"x": None}, {"x": 2**64}, {"x": -(2**63) - 1}, {1: 2},
                                  {"x": object()}, [], {"\ud800": 1}, {"x": "\udfff"}])
 def test_codec_refuses_unencodable(bad):
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="must be a dict|does not fit|no PyCauset metadata "
+                                        "encoding|keys must be str|not encodable|surrogate"):
         _codec.encode_metadata(bad)
 
 

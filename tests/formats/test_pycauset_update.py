@@ -159,7 +159,7 @@ def test_update_crash_at_every_byte(tmp_path, updates_before):
     for fsyncs in range(2):                          # cut at each fsync
         victim.write_bytes(start)
         pwrite, fsync = crashing_io(1 << 20, fsyncs)
-        with pytest.raises(Crash):
+        with pytest.raises(Crash, match=r"cut at an fsync"):
             pc.update_metadata(victim, changes, pwrite=pwrite, fsync=fsync)
         assert pc.load(victim).meta == (old_meta if fsyncs == 0 else new_meta)
 
@@ -201,7 +201,7 @@ def test_apply_steps_continues_short_writes(tmp_path):
 def test_verify_notes_interrupted_update(tmp_path):
     path = matrix_file(tmp_path)
     pwrite, fsync = crashing_io(1 << 20, 0)         # block appended, slot never written
-    with pytest.raises(Crash):
+    with pytest.raises(Crash, match=r"cut at an fsync"):
         pc.update_metadata(path, {"provenance": {"x": 1}}, pwrite=pwrite, fsync=fsync)
     report = pc.verify(path)
     assert report.ok and any("after the active metadata block" in n for n in report.notes)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
-from snapops.formats.errors import DataError
+from snapops.formats.errors import DataError, FormatError
 from snapops.formats.model import Snapshot
 from tests.conftest import sample_state
 
@@ -134,7 +134,7 @@ def test_lazy_reads_one_array_without_decoding_others(tmp_path):
     with wtxt.open_lazy(path) as lazy:
         assert lazy.names == sorted(state)
         assert np.array_equal(lazy["emb"], state["emb"])
-        with pytest.raises(Exception) as err:
+        with pytest.raises(FormatError, match=r"\[parity\] array ids, chunk 0") as err:
             lazy["ids"]
     assert "ids" in str(err.value)
 
@@ -189,14 +189,16 @@ def test_unsupported_dtypes_refused_by_name(tmp_path, array, match):
     assert not list(tmp_path.iterdir()), "no partial file may be left behind"
 
 
-@pytest.mark.parametrize("opts", [
-    {"gen": -1}, {"ts": "2026-13-01T00:00:00Z"}, {"ts": "2026-01-01 00:00:00"},
-    {"build": "has space"}, {"host": ""}, {"merkle_prev": "AB" * 32}, {"rows_per_chunk": 0},
-    {"audit": 'bad"quote'}, {"audit": "no_value"}, {"nonsense": 1},
+@pytest.mark.parametrize("opts,match", [
+    ({"gen": -1}, "gen=-1"), ({"ts": "2026-13-01T00:00:00Z"}, "ts="),
+    ({"ts": "2026-01-01 00:00:00"}, "ts="), ({"build": "has space"}, "build="),
+    ({"host": ""}, "host="), ({"merkle_prev": "AB" * 32}, "merkle_prev"),
+    ({"rows_per_chunk": 0}, "rows_per_chunk"), ({"audit": 'bad"quote'}, "audit="),
+    ({"audit": "no_value"}, "audit="), ({"nonsense": 1}, "unknown option 'nonsense'"),
 ])
-def test_bad_options_refused(tmp_path, opts):
+def test_bad_options_refused(tmp_path, opts, match):
     opts = {"gen": 1, "ts": TS} | opts
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=match):
         wtxt.save({"a": np.ones(1)}, tmp_path / "x.wtxt", **opts)
     assert not (tmp_path / "x.wtxt").exists()
 
