@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import FormatError, SnapopsError
 from ..keys import coerce_hmac_key, coerce_trusted
@@ -55,7 +56,7 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
         return report.fail(FormatError(expected="a readable file", got=exc.strerror, check="io"))
     except SnapopsError as exc:  # bad key files and the like
         return report.fail(FormatError(str(exc), check="keys"))
-    report.notes.extend(result.notes)
+    report.notes.extend(fold_notes(result.notes))
     report.arrays = len(result.arrays)
     report.raw_bytes = sum(a.line.nbytes for a in result.arrays)
     report.checks = list(CHECKS) + (["wsum"] if result.header.pending else [])
@@ -66,6 +67,31 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
     }
     unmet = hmac_requirement(result, checks, require_hmac)
     return report.fail(unmet) if unmet is not None else report
+
+
+_PER_ARRAY = re.compile(r"array (\S+): (unauthenticated \(hmac=0\)|hmac not checked \(no key "
+                        r"given\))")
+
+
+def fold_notes(notes: list[str]) -> list[str]:
+    """One line per kind of per-array note ("3 arrays unauthenticated (hmac=0): a, b, c").
+
+    >>> fold_notes(["unsigned: no sign line", "array a: unauthenticated (hmac=0)",
+    ...             "array b: unauthenticated (hmac=0)"])
+    ['unsigned: no sign line', '2 arrays unauthenticated (hmac=0): a, b']
+    """
+    out: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        match = _PER_ARRAY.fullmatch(note)
+        if match is None:
+            out.append(note)
+        else:
+            groups.setdefault(match.group(2), []).append(match.group(1))
+    for what, names in groups.items():
+        shown = ", ".join(names[:8]) + (f", ... {len(names) - 8} more" if len(names) > 8 else "")
+        out.append(f"{len(names)} array{'s' if len(names) > 1 else ''} {what}: {shown}")
+    return out
 
 
 def hmac_requirement(result: ParseResult, checks: Checks,

@@ -59,10 +59,12 @@ def run_ci(args) -> int:
 def register(sub) -> None:
     p = add_command(
         sub, "verify", help="verify snapshot files (exit 1 if any check fails)",
-        description="Check every hash, CRC, parity nibble, MAC and signature a file carries. "
-                    "The first failure is named by line, array, chunk and check. "
-                    "Unauthenticated arrays and a missing signature are reported as notes; "
-                    "they fail only with --require-hmac / --require-signature.",
+        description="Check every hash, CRC, parity nibble, MAC and signature a file carries "
+                    "(any format; age-armored files with --identity). The first failure is "
+                    "named by line, array, chunk and check. Unauthenticated arrays and a "
+                    "missing signature are reported as notes; they fail only with "
+                    "--require-hmac / --require-signature, which also fail for formats that "
+                    "cannot carry them (their generation's MANIFEST is what is sealed).",
         example="snapops verify snapshots/*.wtxt --hmac-key keys/hmac.key "
                 "--trusted-key keys/ --require-signature --json",
         func=run)
