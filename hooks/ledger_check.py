@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 from typing import BinaryIO, Iterator
 
+from snapops.daemon.entry_values import check_values
 from snapops.daemon.ledger import (
-    MAX_LINE, LedgerLine, LedgerReport, check_link, check_values, iter_lines,
+    MAX_LINE, LedgerLine, LedgerReport, check_link, iter_lines,
 )
 from snapops.formats.errors import FormatError, LedgerError
 
@@ -125,7 +126,7 @@ def _removed_tail(report: LedgerReport, olds: Iterator[bytes], kept: int, before
 
 
 class TreeSource:
-    """Snapshot files of a Git tree, for :func:`snapops.daemon.ledger.check_values`."""
+    """Snapshot files of a Git tree, for :func:`snapops.daemon.entry_values.check_values`."""
 
     def __init__(self, ctx: Context, tree: Tree) -> None:
         self.ctx, self.tree = ctx, tree
