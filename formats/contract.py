@@ -205,21 +205,31 @@ def _typed(text: str, hint: Any, key: str, what: str) -> Any:
     raise DataError(f"{what}: option {key}={text!r}: expected {names}")
 
 
+_DEMANDS = {"signature": "a signature (--require-signature)",
+            "hmac": "HMACs (--require-hmac)"}
+
+
 def unmet_requirement(title: str, caps: Capabilities, opts: VerifyOptions) -> FormatError | None:
-    """The error for a demanded seal this format does not have (None when all can be met)."""
-    missing = [what for what, wanted, can in (("signature", opts.require_signature,
+    """The error for a demanded seal this format does not have (None when all can be met).
+
+    >>> from snapops.formats.registry import handler
+    >>> error = unmet_requirement("FOLD", handler("fold").capabilities,
+    ...                           VerifyOptions(require_hmac=True))
+    >>> error.check, error.message.split(":")[0]
+    ('hmac', 'FOLD files carry no HMAC')
+    """
+    missing = [flag for flag, wanted, can in (("signature", opts.require_signature,
                                                 caps.can_sign),
-                                               ("HMAC", opts.require_hmac, caps.can_hmac))
+                                               ("hmac", opts.require_hmac, caps.can_hmac))
                if wanted and not can]
     if not missing:
         return None
-    lacks = " or ".join({"signature": "signature", "HMAC": "HMAC"}[m] for m in missing)
-    kind = SignatureError if "signature" in missing else ChecksumError
+    lacks = " or ".join(m if m == "signature" else "HMAC" for m in missing)
+    kind = SignatureError if missing[0] == "signature" else ChecksumError
     return kind(f"{title} files carry no {lacks}: verify the generation that seals them "
                 "(snapops verify REPO --run R), or write WTXT, which signs and HMACs each file",
-                check="signature" if "signature" in missing else "hmac",
-                expected=f"a {lacks} (--require-{missing[0].lower()})",
-                got=f"a {title} file")
+                check=missing[0], got=f"a {title} file",
+                expected=" and ".join(_DEMANDS[m] for m in missing))
 
 
 def unused_notes(title: str, caps: Capabilities, opts: VerifyOptions) -> list[str]:
