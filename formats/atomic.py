@@ -3,11 +3,14 @@ SHA-256 of what was written, computed on the way to the file."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import io
+import mmap
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -63,10 +66,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o64
 class DigestingFile:
     """A binary file wrapper that SHA-256s the bytes in file order as they are written.
 
-    Sequential writers get the digest for free (no second read). With ``seekable=True`` a
-    writer may go back and patch bytes it wrote (a header finished last); the digest then
-    costs one read of the file at the end, from the page cache. ``seekable=False`` makes
-    writers that can (WTXT) produce their bytes strictly in order.
+    Sequential writers (``seekable=False``) get the digest without a second read: large pieces
+    are hashed on a helper thread while they are copied to the file (hashlib and the write
+    both release the GIL). By default ``write`` returns once its piece is hashed, so callers
+    may reuse their buffer; with ``stable=True`` the caller promises not to change a buffer it
+    wrote until the file is finished, and hashing runs behind the writes (at most
+    ``BACKLOG`` bytes behind), overlapping the final fsync too. A writer that must go back and
+    patch what it wrote (a header finished last) asks for ``seekable=True``: nothing is hashed
+    on the way and ``finish`` reads the file once, from the page cache. ``seekable=False`` also
+    makes writers that can (WTXT) produce their bytes strictly in order.
 
     >>> with atomic_write_digest("x.bin") as f:
     ...     _ = f.write(b"abc")
@@ -74,25 +82,49 @@ class DigestingFile:
     (3, 'ba7816bf8f01cfea')
     """
 
-    def __init__(self, raw: BinaryIO, *, seekable: bool = False) -> None:
+    PARALLEL_MIN = 256 << 10       # smaller pieces are hashed inline (no handoff)
+    BACKLOG = 256 << 20            # stable=True: bytes written but not hashed yet, at most
+
+    def __init__(self, raw: BinaryIO, *, seekable: bool = False, stable: bool = False) -> None:
         self._raw = raw
         self._sha = hashlib.sha256()
-        self._seekable = seekable
-        self._pos = self._hashed = 0
-        self._patched = False
+        self._seekable, self._stable = seekable, stable
+        self._pos = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: collections.deque = collections.deque()     # (future, nbytes)
+        self._behind = 0
         self.size = 0
         self._digest: str | None = None
 
     def write(self, data) -> int:
-        written = self._raw.write(data)
-        if self._pos == self._hashed:
+        if self._seekable:
+            written = self._raw.write(data)
+        elif memoryview(data).nbytes < self.PARALLEL_MIN and not self._pending:
+            written = self._raw.write(data)
             self._sha.update(data)
-            self._hashed += written
         else:
-            self._patched = True
+            written = self._write_hashing(data)
         self._pos += written
         self.size = max(self.size, self._pos)
         return written
+
+    def _write_hashing(self, data) -> int:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
+        hashing = self._pool.submit(self._sha.update, data)   # one thread: in file order
+        try:
+            written = self._raw.write(data)
+        finally:
+            self._pending.append((hashing, memoryview(data).nbytes))
+            self._behind += self._pending[-1][1]
+            self._catch_up(self.BACKLOG if self._stable else 0)
+        return written
+
+    def _catch_up(self, allowed: int) -> None:
+        while self._pending and (self._behind > allowed or self._pending[0][0].done()):
+            hashing, nbytes = self._pending.popleft()
+            self._behind -= nbytes
+            hashing.result()
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         if not self._seekable:
@@ -112,16 +144,26 @@ class DigestingFile:
     def fileno(self) -> int:
         return self._raw.fileno()
 
-    def finish(self) -> str:
-        """The digest of the file's bytes (called once the writer is done, file still open)."""
-        if self._patched or self._hashed != self.size:
-            self._raw.flush()
-            self._sha = hashlib.sha256()
-            fd = self._raw.fileno()
-            for at in range(0, self.size, 8 << 20):
-                self._sha.update(os.pread(fd, min(8 << 20, self.size - at), at))
+    def finish(self, written: str | os.PathLike | None = None) -> str:
+        """The digest of the file's bytes, once the writer is done (``written``: the file's
+        path, for ``seekable=True`` when the file object is already closed)."""
+        self._catch_up(0)
+        self.close()
+        if self._seekable and self.size:
+            with open(written, "rb") if written is not None else contextlib.nullcontext(
+                    self._raw) as f, mmap.mmap(f.fileno(), self.size,
+                                               access=mmap.ACCESS_READ) as whole:
+                with memoryview(whole) as view:
+                    self._sha.update(view)
         self._digest = self._sha.hexdigest()
         return self._digest
+
+    def close(self) -> None:
+        """Stop the helper thread (also on errors: the file is being abandoned)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending.clear()
 
     def hexdigest(self) -> str:
         if self._digest is None:
@@ -131,13 +173,21 @@ class DigestingFile:
 
 @contextlib.contextmanager
 def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
-                        mode: int = 0o644) -> Iterator[DigestingFile]:
+                        stable: bool = False, mode: int = 0o644) -> Iterator[DigestingFile]:
     """``atomic_write`` yielding a :class:`DigestingFile`; ``f.hexdigest()`` and ``f.size``
-    are set once the file is in place."""
-    with atomic_write(path, mode=mode) as handle:
-        digesting = DigestingFile(handle, seekable=seekable)
-        yield digesting
-        digesting.finish()
+    are set once the file is in place (the hashing still behind finishes during the fsync)."""
+    digesting = None
+
+    def finish(tmp: Path) -> None:
+        digesting.finish(tmp)
+
+    try:
+        with atomic_write(path, mode=mode, before_replace=finish) as handle:
+            digesting = DigestingFile(handle, seekable=seekable, stable=stable)
+            yield digesting
+    finally:
+        if digesting is not None:
+            digesting.close()
 
 
 def writeback_starter() -> Callable[[int, int, int], None] | None:

@@ -171,7 +171,7 @@ class Npz(SnapshotFormat):
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
         _json_meta(snapshot.meta)
-        with atomic_write_digest(path) as out:
+        with atomic_write_digest(path, stable=True) as out:
             write_npz(out, snapshot)
         return self.result(path, snapshot, out.size, out.hexdigest())
 

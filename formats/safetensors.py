@@ -176,7 +176,7 @@ class Safetensors(SnapshotFormat):
             header, order = plan(snapshot)
         except (TypeError, ValueError) as exc:
             raise DataError(f"safetensors: metadata cannot be written: {exc}") from None
-        with atomic_write_digest(path) as out:
+        with atomic_write_digest(path, stable=True) as out:
             out.write(header)
             for name in order:
                 out.write(raw_bytes(snapshot.arrays[name]))

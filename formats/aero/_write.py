@@ -187,7 +187,7 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
     hashes = _toc_hashes(plan, digests, manifest_chunks, shards, options)
     uuid = _file_uuid(options.uuid, hashes)
     control, ihsh = _control(plan, hashes, uuid, options)
-    with atomic_write_digest(path) as f:
+    with atomic_write_digest(path, stable=True) as f:     # views of the arrays, fresh bytes
         f.write(control)
         if ihsh is not None:
             _pad_to(f, plan.offsets[0])

@@ -91,7 +91,7 @@ def write_file(path: str | os.PathLike, root: Root | None, payloads: list[Payloa
             else:
                 sums.append(0)
         try:
-            with atomic_write_digest(path) as handle:
+            with atomic_write_digest(path, stable=True) as handle:   # blocks stay as they are
                 for chunk in finf_chunks(plan, tree, payloads, sums):
                     handle.write(chunk)
         finally:

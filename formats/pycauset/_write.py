@@ -42,7 +42,7 @@ def save(snapshot: Snapshot, path: str | os.PathLike, *, layout: str = "auto",
     metadata_offset = S.align(payload_offset + plan.payload_length, S.METADATA_ALIGN)
     pointers = (payload_offset, plan.payload_length, metadata_offset,
                 S.BLOCK_HEADER_SIZE + len(metadata))
-    with atomic_write_digest(path) as f:
+    with atomic_write_digest(path, stable=True) as f:     # views of the arrays, fresh bytes
         f.write(pack_header(Slot("A", 1, *pointers), Slot("B", 0, *pointers)))
         for entry, buf in zip(plan.entries, plan.buffers):
             _pad_to(f, payload_offset + entry.offset)

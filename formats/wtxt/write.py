@@ -66,9 +66,12 @@ def prepare(snapshot: Snapshot, opts: WtxtOptions) -> tuple[list[PreparedArray],
 def write_stored(snapshot: Snapshot, out: BinaryIO, opts: WtxtOptions) -> WriteResult:
     """Write WTXT to an open binary stream, in order (nothing is patched afterwards)."""
     arrays, writer, ts = prepare(snapshot, opts)
-    digesting = DigestingFile(out)
-    done = _emit.write_wtxt(digesting, arrays, writer, ts)
-    digesting.finish()
+    digesting = DigestingFile(out, stable=True)     # every chunk text is a fresh buffer
+    try:
+        done = _emit.write_wtxt(digesting, arrays, writer, ts)
+        digesting.finish()
+    finally:
+        digesting.close()
     return result_of(done, getattr(out, "name", "<stream>"), digesting)
 
 
@@ -76,7 +79,7 @@ def save_stored(snapshot: Snapshot, path: str | os.PathLike, opts: WtxtOptions) 
     """Write a WTXT file atomically (temp file, fsync, rename); with ``streaming=True`` also
     ``PATH.wsum``."""
     arrays, writer, ts = prepare(snapshot, opts)
-    with atomic_write_digest(path) as digesting:
+    with atomic_write_digest(path, stable=True) as digesting:
         done = _emit.write_wtxt(digesting, arrays, writer, ts)
     if done.wsum is not None:
         atomic_write_bytes(wsum_path(path), done.wsum)
