@@ -12,11 +12,9 @@ from typing import Any, Mapping
 from snapops.formats.errors import ConfigError
 
 from .schema import FORMATS, POLICIES, Config, RemoteConfig
+from .sizes import parse_size
 
 SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push")
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold", "push.batch_bytes"}
 CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
            "daemon.log_level": ("debug", "info", "warning", "error"),
@@ -112,7 +110,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         return value
     try:
         if key in SIZE_KEYS:
-            value = _size(value)
+            value = parse_size(value)
         elif isinstance(default, bool):
             value = _bool(value)
         elif isinstance(default, int):
@@ -125,7 +123,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
                 _fail()
         elif not isinstance(value, str):
             _fail()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):   # ConfigError from parse_size is a ValueError too
         raise ConfigError(f"{key}: expected {type(default).__name__}"
                           f"{' size like 32MiB' if key in SIZE_KEYS else ''}, got {value!r}") from None
     if key in CHOICES and value not in CHOICES[key]:
@@ -147,15 +145,6 @@ def _bool(value) -> bool:
     if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return value.lower() in ("1", "true", "yes", "on")
     raise ValueError
-
-
-def _size(value) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    m = _SIZE.fullmatch(str(value).strip())
-    if not m:
-        raise ValueError
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()])
 
 
 def resolve(config: Config, path: str) -> Path:

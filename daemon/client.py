@@ -160,12 +160,14 @@ class Snapshotter:
     full, ...), it is recorded DROPPED ``reason=spool_failed``, the next ``flush()``/``close()``
     raises SpoolFailed naming it once, and later requests work again as soon as the disk does.
 
-    >>> snap = Snapshotter("spool", max_in_flight=2)
-    >>> for step in range(1000):
-    ...     train_step()
-    ...     if step % 10 == 0:
-    ...         snap.request(model.state_dict(), gen=step)
-    >>> snap.close()
+    Example::
+
+        snap = Snapshotter("spool", max_in_flight=2)
+        for step in range(1000):
+            train_step()
+            if step % 10 == 0:
+                snap.request(model.state_dict(), gen=step)
+        snap.close()
     """
 
     def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,

@@ -26,9 +26,11 @@ A push sends chosen generations only: the branch goes to the newest of them (not
 with their tags, in one ``--atomic`` push, so a backlog is sent oldest first in pieces that each
 complete. Its time limit is a stall limit (no progress output for that long), not a wall clock.
 
->>> repo = SnapshotRepo("snapshot-repo", branch="main")
->>> sha = repo.commit_generation(["snapshots/run1/MANIFEST"], "gen 1", "run1/gen-000001")
->>> repo.push("/srv/remote.git", ["run1/gen-000001"], branch_commit=sha, stall=120)
+Example::
+
+    repo = SnapshotRepo("snapshot-repo", branch="main")
+    sha = repo.commit_generation(["snapshots/run1/MANIFEST"], "gen 1", "run1/gen-000001")
+    repo.push("/srv/remote.git", ["run1/gen-000001"], branch_commit=sha, stall=120)
 """
 
 from __future__ import annotations
@@ -85,9 +87,11 @@ class SnapshotRepo:
     serialized by a lock; pushes and reads run concurrently with them (git's own ref locking
     keeps a concurrent push consistent); :meth:`maintenance` excludes both.
 
-    >>> repo = SnapshotRepo(tmp / "repo")
-    >>> repo.head_file("ledger/run1.ledger") is None
-    True
+    Example::
+
+        repo = SnapshotRepo(tmp / "repo")
+        repo.head_file("ledger/run1.ledger") is None
+        # -> True
     """
 
     def __init__(self, path: str | os.PathLike, *, branch: str = "main",
@@ -291,8 +295,10 @@ class SnapshotRepo:
         commit and tag). ``tag`` already present: its commit is returned, nothing is written.
         Any failure raises GitError and leaves branch and tags as they were.
 
-        >>> repo.commit_generation(["snapshots/run1/s0.wtxt"], "run1 gen 1", "run1/gen-000001")
-        '3f1c...'
+        Example::
+
+            repo.commit_generation(["snapshots/run1/s0.wtxt"], "run1 gen 1", "run1/gen-000001")
+            # -> '3f1c...'
         """
         if isinstance(paths, str):
             raise GitError(f"{self.path}: paths must be a list of paths, not one string")
@@ -348,8 +354,10 @@ class SnapshotRepo:
         behind and git then refuses every later write. Only safe while no other git process
         writes to this repository (the daemon owns it). Returns the removed paths.
 
-        >>> repo.clear_stale_locks(min_age=0)
-        ['/srv/snap/.git/index.lock']
+        Example::
+
+            repo.clear_stale_locks(min_age=0)
+            # -> ['/srv/snap/.git/index.lock']
         """
         gitdir = self.git_dir
         candidates = [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
@@ -420,7 +428,9 @@ class SnapshotRepo:
         rejected ref, an unreachable remote, a stall, a timeout or a cancel raise PushError
         naming the remote.
 
-        >>> repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], stall=60)
+        Example::
+
+            repo.push("git://127.0.0.1:9418/remote.git", ["run1/gen-000001"], stall=60)
         """
         commit = branch_commit if branch_commit is not None else self.head_commit()
         specs = []
@@ -450,8 +460,10 @@ class SnapshotRepo:
         """The remote's HEAD, branches and tags (``git ls-remote --symref``); PushError if it
         cannot be reached.
 
-        >>> repo.remote_refs("/srv/remote.git").head
-        'refs/heads/main'
+        Example::
+
+            repo.remote_refs("/srv/remote.git").head
+            # -> 'refs/heads/main'
         """
         out = self._run("ls-remote", "--symref", resolve_url(remote_url), stall=stall,
                         **self._remote_error("ls-remote", remote_url))
@@ -549,8 +561,10 @@ class SnapshotRepo:
         repository pushes to a remote holding the older commits, not to an empty one. Returns
         None (doing nothing) while a commit or push runs; else the sizes before and after.
 
-        >>> repo.forget_history(repo.tag_commit("run1/gen-000040"), ["run1/gen-000039"])
-        {'before': 1503238553, 'after': 187904819}
+        Example::
+
+            repo.forget_history(repo.tag_commit("run1/gen-000040"), ["run1/gen-000039"])
+            # -> {'before': 1503238553, 'after': 187904819}
         """
         with self._exclusive() as free:
             if not free:

@@ -46,10 +46,12 @@ The chain makes any edit, deletion or reordering visible unless every later line
 too; pin the ledger's head (``Ledger.head()``, the last chain value) in a signed tag or pass it to
 ``verify(head=...)`` to also catch a rewritten or truncated tail.
 
->>> ledger = Ledger("ledger/run1.ledger", root=".")
->>> ledger.append_snapshot("snapshots/run1/s.wtxt")
->>> ledger.verify().ok
-True
+Example::
+
+    ledger = Ledger("ledger/run1.ledger", root=".")
+    ledger.append_snapshot("snapshots/run1/s.wtxt")
+    ledger.verify().ok
+    # -> True
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ from snapops.formats.atomic import fsync_dir
 from snapops.formats.errors import FormatError, LedgerError, LimitError, TruncatedError
 from snapops.formats.integrity import ZERO_HASH, merkle_link
 from snapops.formats.report import Report
+
+from .entry_values import FolderSource, check_values, wtxt_values
 
 MAX_LINE = 2048
 MAX_PATH = 1024
@@ -154,8 +158,10 @@ def chain_next(prev_chain: str, body: bytes) -> str:
 def format_line(entry: LedgerEntry, prev_chain: str = ZERO_HASH) -> bytes:
     """The exact bytes of the ledger line for ``entry`` after a line whose chain is ``prev_chain``.
 
-    >>> format_line(entry).endswith(b"\\n")
-    True
+    Example::
+
+        format_line(entry).endswith(b"\\n")
+        # -> True
     """
     body = entry.body()
     return body + b" chain=" + chain_next(prev_chain, body).encode() + b"\n"
@@ -227,36 +233,15 @@ def iter_lines(stream: BinaryIO, path: str = "<ledger>") -> Iterator[LedgerLine]
         yield parse_line(data, line_no, path)
 
 
-def snapshot_values(snapshot: str | os.PathLike) -> dict[str, str | None]:
-    """The ledger-relevant values of a WTXT snapshot: from its header, and for a
-    ``root_pending`` (streaming) file from the WSUM beside it."""
-    from snapops.formats.wtxt.read import read_header
-    from snapops.formats.wtxt.wsum import read_wsum, wsum_path
-
-    header = read_header(snapshot)
-    values = {"gen": header.gen_text, "ts": header.ts, "build": header.build,
-              "keyid": header.keyid, "sha256_all": header.sha256_all,
-              "merkle_prev": header.merkle_prev, "merkle_this": header.merkle_this}
-    if header.root_pending:
-        side = wsum_path(snapshot)
-        if not side.exists():
-            raise FormatError("root_pending file without its WSUM", path=os.fspath(snapshot),
-                              check="wsum", expected=f"{side.name} beside it", got="no such file")
-        wsum = read_wsum(side)
-        values.update(sha256_all=wsum.sha256_all, merkle_prev=wsum.merkle_prev,
-                      merkle_this=wsum.merkle_this)
-    return values
-
-
 def entry_for_snapshot(snapshot: str | os.PathLike, root: str | os.PathLike) -> LedgerEntry:
     """The ledger entry of a WTXT snapshot file that lives under ``root``."""
-    values = snapshot_values(snapshot)
     snap, base = Path(snapshot).resolve(), Path(root).resolve()
     try:
         rel = snap.relative_to(base).as_posix()
     except ValueError:
         raise LedgerError(path=os.fspath(snapshot), check="path",
                           expected=f"a snapshot under the root {base}", got=str(snap)) from None
+    values = wtxt_values(FolderSource(base), rel)
     return LedgerEntry(gen=int(values["gen"]), gen_text=values["gen"], ts=values["ts"],
                        sha256_all=values["sha256_all"], merkle_prev=values["merkle_prev"],
                        merkle_this=values["merkle_this"], path=check_rel_path(rel),
@@ -335,9 +320,6 @@ def check_link(rec: LedgerLine, prev: LedgerLine | None,
     return None
 
 
-_COMPARED = ("gen", "ts", "build", "sha256_all", "merkle_prev", "merkle_this", "keyid")
-
-
 def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
                notes: list[str]) -> LedgerError | None:
     """Compare the snapshot file of ``rec`` with its entry (None when they agree)."""
@@ -354,55 +336,17 @@ def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
     except ValueError:
         return LedgerError(f"{e.path} resolves outside the root", line=n, check="path",
                            expected=f"a file under {root}", got=str(target.resolve()))
-    if e.format not in ("wtxt", "manifest"):
-        notes.append(f"line {n}: {e.format} files are only checked for existence")
-        return None
-    try:
-        if e.format == "manifest":
-            with open(target, "rb") as f:
-                values = manifest_values(f.read(MAX_MANIFEST + 1), rec, str(target))
-        else:
-            values = snapshot_values(target)
-    except FormatError as exc:
-        return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
-    return compare_entry(rec, values, "in the file")
-
-
-MAX_MANIFEST = 64 << 20
-
-
-def manifest_values(data: bytes, rec: LedgerLine, path: str) -> dict[str, str | None]:
-    """Sealing values of a generation MANIFEST (``format=manifest``): gen, ts, build and the
-    signer's keyid from its header, SHA-256 of its exact bytes as sha256_all; the merkle values
-    live only in the ledger line."""
-    from snapops.formats.generation import gen_text, parse_manifest
-
-    header = parse_manifest(data, path).header
-    e = rec.entry
-    return {"gen": gen_text(header.gen), "ts": header.ts, "build": header.build,
-            "sha256_all": hashlib.sha256(data).hexdigest(), "merkle_prev": e.merkle_prev,
-            "merkle_this": e.merkle_this, "keyid": header.keyid}
-
-
-def compare_entry(rec: LedgerLine, values: dict, where: str) -> LedgerError | None:
-    """The first sealing value (gen, ts, build, sha256_all, merkle_*, keyid) in which a
-    snapshot header (``values``) differs from its ledger entry, as a LedgerError."""
-    e = rec.entry
-    ours = e.to_dict() | {"gen": e.gen_text}
-    for key in _COMPARED:
-        if values[key] != ours[key]:
-            return LedgerError(f"snapshot {e.path} does not match its entry", line=rec.line_no,
-                               check="file", expected=f"{key}={ours[key] or '-'}",
-                               got=f"{key}={values[key] or '-'} {where}")
-    return None
+    return check_values(rec, FolderSource(root), "in the file", notes)
 
 
 class Ledger:
     """An append-only ledger file. ``root`` (default: the ledger's folder) anchors entry paths.
 
-    >>> ledger = Ledger("ledger/run1.ledger", root=".")
-    >>> [e.gen for e in ledger.entries()]
-    [1, 2, 3]
+    Example::
+
+        ledger = Ledger("ledger/run1.ledger", root=".")
+        [e.gen for e in ledger.entries()]
+        # -> [1, 2, 3]
     """
 
     def __init__(self, path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> None:
@@ -466,8 +410,10 @@ class Ledger:
     def append(self, entry: LedgerEntry) -> LedgerLine:
         """Append ``entry`` if it extends the chain; refuse it with a LedgerError otherwise.
 
-        >>> Ledger("run1.ledger").append(entry).line_no
-        4
+        Example::
+
+            Ledger("run1.ledger").append(entry).line_no
+            # -> 4
         """
         body = entry.body()
         if entry.derived_merkle() != entry.merkle_this:
@@ -522,7 +468,9 @@ class Ledger:
                         root: str | os.PathLike | None = None) -> LedgerLine:
         """Append the entry of a WTXT snapshot (header, or WSUM for a streaming file).
 
-        >>> Ledger("ledger/run1.ledger", root=".").append_snapshot("snapshots/run1/s.wtxt")
+        Example::
+
+            Ledger("ledger/run1.ledger", root=".").append_snapshot("snapshots/run1/s.wtxt")
         """
         return self.append(entry_for_snapshot(snapshot, self.root if root is None else root))
 
@@ -534,8 +482,10 @@ class Ledger:
         ``allow_missing`` accepts pruned snapshot files (noted, not failed); ``contiguous``
         demands gen n+1 after gen n; ``head`` is the chain value the last line must carry.
 
-        >>> report = Ledger("ledger/run1.ledger", root=".").verify()
-        >>> report.ok, [str(p) for p in report.problems]
+        Example::
+
+            report = Ledger("ledger/run1.ledger", root=".").verify()
+            report.ok, [str(p) for p in report.problems]
         """
         report = LedgerReport(path=self._name(), format="ledger")
         report.checks = ["grammar", "order", "chain", "merkle"] + (["file"] if check_files else [])

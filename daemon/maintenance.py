@@ -7,8 +7,10 @@ shallow boundary, older generations' tags are deleted and their objects pruned
 apscheduler interval job (``repo.gc_interval``) says it is due; it is skipped (and tried again
 later) while a push or commit runs.
 
->>> history_cut(state, {"origin"}, retention=8)
-(33, '5f2c...', [1, 2, ..., 32])
+Example::
+
+    history_cut(state, {"origin"}, retention=8)
+    # -> (33, '5f2c...', [1, 2, ..., 32])
 """
 
 from __future__ import annotations

@@ -26,12 +26,14 @@ remotes push in parallel). ``on_change()`` is called after every change :meth:`s
 The queue is in memory: the caller persists COMMITTED/PUSHED (the WAL) and enqueues again after
 a restart (``remotes=`` limits an enqueue to the remotes that still lack a generation).
 
->>> queue = PushQueue(repo, cfg.repo.remotes, cfg.push, on_pushed=wal.pushed, run="run1")
->>> queue.start()
->>> queue.enqueue(1)
->>> queue.flush(timeout=30)
-True
->>> queue.stop()
+Example::
+
+    queue = PushQueue(repo, cfg.repo.remotes, cfg.push, on_pushed=wal.pushed, run="run1")
+    queue.start()
+    queue.enqueue(1)
+    queue.flush(timeout=30)
+    # -> True
+    queue.stop()
 """
 
 from __future__ import annotations

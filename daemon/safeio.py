@@ -16,7 +16,9 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
     """``os.open`` with O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC that refuses anything but a
     regular file; returns the descriptor. Raises OSError (``ELOOP`` for a symlink).
 
-    >>> fd = open_regular("spool/wal.log", os.O_RDONLY)
+    Example::
+
+        fd = open_regular("spool/wal.log", os.O_RDONLY)
     """
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:

@@ -6,10 +6,12 @@ retry or the long safety interval. The watch asks the kernel (inotify, through w
 for writes, creations and renames, and keeps those that name the WAL: the daemon reading the
 WAL or the spool, or writing its status file, wakes nothing.
 
->>> waker = Waker()
->>> observer = watch_file(spool_dir, "wal.log", waker.set)
->>> waker.wait(60.0)      # True when rung, False after 60 s
-True
+Example::
+
+    waker = Waker()
+    observer = watch_file(spool_dir, "wal.log", waker.set)
+    waker.wait(60.0)      # True when rung, False after 60 s
+    # -> True
 """
 
 from __future__ import annotations

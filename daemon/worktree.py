@@ -79,8 +79,10 @@ def write_delta_attributes(repo: str | os.PathLike, mode: str, dense: list[str])
     attributes from the tree skips them too. Densely changed shards gain nothing from deltas
     but cost ~14 MB/s of search. Returns the paths to commit.
 
-    >>> write_delta_attributes(repo, "auto", ["snapshots/run1/shards/0000.wtxt"])
-    ['.gitattributes']
+    Example::
+
+        write_delta_attributes(repo, "auto", ["snapshots/run1/shards/0000.wtxt"])
+        # -> ['.gitattributes']
     """
     path = Path(repo) / ATTRIBUTES
     try:

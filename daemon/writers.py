@@ -47,8 +47,10 @@ class WriterLock:
     """The exclusive lock of writer ``writer`` on ``spool_dir``; waits up to ``wait`` seconds
     (a daemon retiring a dead writer holds it for a moment), then raises WriterBusy.
 
-    >>> lock = WriterLock("spool", "0")
-    >>> lock.release()
+    Example::
+
+        lock = WriterLock("spool", "0")
+        lock.release()
     """
 
     def __init__(self, spool_dir: str | os.PathLike, writer: str = DEFAULT_WRITER, *,

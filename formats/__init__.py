@@ -6,3 +6,4 @@ from .errors import (  # noqa: F401
 )
 from .model import Snapshot  # noqa: F401
 from .report import Report  # noqa: F401
+from ._alloc import tune_allocator  # noqa: F401  (for readers outside formats: hooks.review)

@@ -1,4 +1,5 @@
-"""Crash-safe file writing: temp file in the same folder, fsync, rename, fsync folder.
+"""Crash-safe file writing: temp file in the same folder, fsync, rename, fsync folder; and the
+SHA-256 of what was written, computed on the way to the file.
 
 A temp file is ``.<target name>.<12 hex>.tmp`` and its writer holds an ``flock`` on it until
 the rename, so a temp nobody holds belongs to a writer that died (SIGKILL, power loss): the
@@ -8,13 +9,18 @@ next atomic write of the same target removes such leftovers, and
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
+import hashlib
+import io
+import mmap
 import os
 import re
 import secrets
 import stat
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -41,13 +47,15 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     abort (e.g. to verify the content before it becomes visible).
 
     >>> with atomic_write("x.wtxt") as f:
-    ...     f.write(b"...")
+    ...     _ = f.write(b"...")
+    >>> Path("x.wtxt").read_bytes()
+    b'...'
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     remove_leftover_temps(folder, target=target.name)
     tmp = folder / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     fcntl.flock(fd, fcntl.LOCK_EX)
     owner = os.dup(fd)  # keeps the lock after the handle closes, until the rename
     try:
@@ -67,9 +75,138 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     fsync_dir(folder)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> str:
+    """Write ``data`` atomically; returns its SHA-256 (hex)."""
     with atomic_write(path, mode=mode) as handle:
         handle.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+class DigestingFile:
+    """A binary file wrapper that SHA-256s the bytes in file order as they are written.
+
+    Sequential writers (``seekable=False``) get the digest without a second read: large pieces
+    are hashed on a helper thread while they are copied to the file (hashlib and the write
+    both release the GIL). By default ``write`` returns once its piece is hashed, so callers
+    may reuse their buffer; with ``stable=True`` the caller promises not to change a buffer it
+    wrote until the file is finished, and hashing runs behind the writes (at most
+    ``BACKLOG`` bytes behind), overlapping the final fsync too. A writer that must go back and
+    patch what it wrote (a header finished last) asks for ``seekable=True``: nothing is hashed
+    on the way and ``finish`` reads the file once, from the page cache. ``seekable=False`` also
+    makes writers that can (WTXT) produce their bytes strictly in order.
+
+    >>> with atomic_write_digest("x.bin") as f:
+    ...     _ = f.write(b"abc")
+    >>> f.size, f.hexdigest()[:16]
+    (3, 'ba7816bf8f01cfea')
+    """
+
+    PARALLEL_MIN = 256 << 10       # smaller pieces are hashed inline (no handoff)
+    BACKLOG = 256 << 20            # stable=True: bytes written but not hashed yet, at most
+
+    def __init__(self, raw: BinaryIO, *, seekable: bool = False, stable: bool = False) -> None:
+        self._raw = raw
+        self._sha = hashlib.sha256()
+        self._seekable, self._stable = seekable, stable
+        self._pos = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: collections.deque = collections.deque()     # (future, nbytes)
+        self._behind = 0
+        self.size = 0
+        self._digest: str | None = None
+
+    def write(self, data) -> int:
+        if self._seekable:
+            written = self._raw.write(data)
+        elif memoryview(data).nbytes < self.PARALLEL_MIN and not self._pending:
+            written = self._raw.write(data)
+            self._sha.update(data)
+        else:
+            written = self._write_hashing(data)
+        self._pos += written
+        self.size = max(self.size, self._pos)
+        return written
+
+    def _write_hashing(self, data) -> int:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
+        hashing = self._pool.submit(self._sha.update, data)   # one thread: in file order
+        try:
+            written = self._raw.write(data)
+        finally:
+            self._pending.append((hashing, memoryview(data).nbytes))
+            self._behind += self._pending[-1][1]
+            self._catch_up(self.BACKLOG if self._stable else 0)
+        return written
+
+    def _catch_up(self, allowed: int) -> None:
+        while self._pending and (self._behind > allowed or self._pending[0][0].done()):
+            hashing, nbytes = self._pending.popleft()
+            self._behind -= nbytes
+            hashing.result()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if not self._seekable:
+            raise io.UnsupportedOperation("seek")
+        self._pos = self._raw.seek(offset, whence)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return self._seekable
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def finish(self, written: str | os.PathLike | None = None) -> str:
+        """The digest of the file's bytes, once the writer is done (``written``: the file's
+        path, for ``seekable=True`` when the file object is already closed)."""
+        self._catch_up(0)
+        self.close()
+        if self._seekable and self.size:
+            with open(written, "rb") if written is not None else contextlib.nullcontext(
+                    self._raw) as f, mmap.mmap(f.fileno(), self.size,
+                                               access=mmap.ACCESS_READ) as whole:
+                with memoryview(whole) as view:
+                    self._sha.update(view)
+        self._digest = self._sha.hexdigest()
+        return self._digest
+
+    def close(self) -> None:
+        """Stop the helper thread (also on errors: the file is being abandoned)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending.clear()
+
+    def hexdigest(self) -> str:
+        if self._digest is None:
+            raise RuntimeError("hexdigest() before the file was finished")
+        return self._digest
+
+
+@contextlib.contextmanager
+def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
+                        stable: bool = False, mode: int = 0o644) -> Iterator[DigestingFile]:
+    """``atomic_write`` yielding a :class:`DigestingFile`; ``f.hexdigest()`` and ``f.size``
+    are set once the file is in place (the hashing still behind finishes during the fsync)."""
+    digesting = None
+
+    def finish(tmp: Path) -> None:
+        digesting.finish(tmp)
+
+    try:
+        with atomic_write(path, mode=mode, before_replace=finish) as handle:
+            digesting = DigestingFile(handle, seekable=seekable, stable=stable)
+            yield digesting
+    finally:
+        if digesting is not None:
+            digesting.close()
 
 
 def remove_leftover_temps(folder: str | os.PathLike, *, target: str | None = None,
@@ -80,8 +217,10 @@ def remove_leftover_temps(folder: str | os.PathLike, *, target: str | None = Non
     A temp is removed only if it is a regular file, a few seconds old and no writer holds
     its lock. Errors are ignored: this is housekeeping, never a reason to fail a write.
 
-    >>> remove_leftover_temps("spool")
-    [PosixPath('spool/.gen-000000000007.spool.3f2a9c1b0d4e.tmp')]
+    Example::
+
+        remove_leftover_temps("spool")
+        # -> [PosixPath('spool/.gen-000000000007.spool.3f2a9c1b0d4e.tmp')]
     """
     removed = []
     try:

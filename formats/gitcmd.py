@@ -18,11 +18,13 @@ Failures raise :class:`GitError` (or the ``error`` subclass given, e.g. ``PushEr
 ``WHERE: git WHAT failed: SUMMARY``, where SUMMARY is the last lines git printed (or how it
 ended), with the ``redact`` replacements applied so no URL secret reaches a log.
 
->>> run_git(["rev-parse", "--is-inside-work-tree"], cwd="/srv/repo").text
-'true'
->>> run_git(["push", "--progress", url, "main"], cwd=repo, stall=60, error=PushError,
-...         on_line=print, redact={url: shown})
-Writing objects:  37% (12/32), 1.50 MiB | 1.49 MiB/s
+Example::
+
+    run_git(["rev-parse", "--is-inside-work-tree"], cwd="/srv/repo").text
+    # -> 'true'
+    run_git(["push", "--progress", url, "main"], cwd=repo, stall=60, error=PushError,
+            on_line=print, redact={url: shown})
+    # -> Writing objects:  37% (12/32), 1.50 MiB | 1.49 MiB/s
 """
 
 from __future__ import annotations
@@ -115,9 +117,11 @@ class ChildGuard:
     meanwhile: git's last words go into a pipe with a reader instead of killing it with
     SIGPIPE before it cleans up (a local ``receive-pack`` leaves its quarantine behind then).
 
-    >>> children.start()
-    >>> run_git(["push", url, "main"], cwd=repo)   # ended with us, whatever happens
-    >>> children.stop()
+    Example::
+
+        children.start()
+        run_git(["push", url, "main"], cwd=repo)   # ended with us, whatever happens
+        children.stop()
     """
 
     def __init__(self) -> None:
@@ -450,8 +454,10 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
     every stderr line (progress lines too, CR-separated) as it comes. ``check=False`` returns
     a failed result instead of raising (a timeout or stall still raises).
 
-    >>> run_git(["cat-file", "-t", "HEAD"], cwd=repo).text
-    'commit'
+    Example::
+
+        run_git(["cat-file", "-t", "HEAD"], cwd=repo).text
+        # -> 'commit'
     """
     proc = _spawn(args, cwd, env, subprocess.PIPE if input is not None else subprocess.DEVNULL,
                   stdout if stdout is not None else subprocess.PIPE)
@@ -479,8 +485,10 @@ def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
     Leaving the block before the end stops git (a sniff, a header, a failure); reading it all
     and then finding git failed raises GitError.
 
-    >>> with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
-    ...     head = blob.read(64)
+    Example::
+
+        with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
+            head = blob.read(64)
     """
     proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE, bufsize)
     finished = False

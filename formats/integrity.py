@@ -19,6 +19,16 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes, read in 4 MiB pieces (for checking a file someone else
+    wrote; writers get their digest while writing, see ``atomic_write_digest``)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 22):
+            h.update(piece)
+    return h.hexdigest()
+
+
 def merkle_link(merkle_prev: str, hash_all: str, ts: str, gen: str, build: str) -> str:
     """``SHA256(merkle_prev_32 || hash_all_32 || ts || gen || build)`` as hex (ASCII text fields)."""
     h = hashlib.sha256(bytes.fromhex(merkle_prev) + bytes.fromhex(hash_all))

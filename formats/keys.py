@@ -22,7 +22,13 @@ _HMAC_HEX = re.compile(rb"[0-9a-f]{64}\n?")
 MAX_KEY_FILE = 64 * 1024
 
 
-def _read_small(path: str | os.PathLike, what: str) -> bytes:
+def read_key_file(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of a key file, refused (KeyMaterialError naming ``what``) above MAX_KEY_FILE.
+
+    >>> read_key_file("/nonexistent/hmac.key", "HMAC key")
+    Traceback (most recent call last):
+    snapops.formats.errors.KeyMaterialError: /nonexistent/hmac.key: cannot read HMAC key: No such file or directory
+    """
     p = Path(path)
     try:
         if p.stat().st_size > MAX_KEY_FILE:
@@ -34,7 +40,7 @@ def _read_small(path: str | os.PathLike, what: str) -> bytes:
 
 def load_hmac_key(path: str | os.PathLike) -> bytes:
     """Read a 32-byte HMAC key stored as 64 lowercase hex digits and an optional LF."""
-    data = _read_small(path, "HMAC key")
+    data = read_key_file(path, "HMAC key")
     if not _HMAC_HEX.fullmatch(data):
         raise KeyMaterialError(f"{path}: expected 64 lowercase hex digits and LF (an HMAC key)")
     return bytes.fromhex(data[:64].decode("ascii"))
@@ -42,7 +48,7 @@ def load_hmac_key(path: str | os.PathLike) -> bytes:
 
 def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     """Read an Ed25519 private key (PKCS#8 PEM, unencrypted)."""
-    data = _read_small(path, "signing key")
+    data = read_key_file(path, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -54,7 +60,7 @@ def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     """Read an Ed25519 public key (SubjectPublicKeyInfo PEM)."""
-    data = _read_small(path, "public key")
+    data = read_key_file(path, "public key")
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -83,7 +89,7 @@ def load_trusted_keys(sources: list[str | os.PathLike]) -> dict[str, Ed25519Publ
         if p.is_dir():
             # A key folder may also hold age.pub or ssh keys: only PEM files are signing keys.
             files = [f for f in sorted(p.glob("*.pub"))
-                     if _read_small(f, "public key").startswith(b"-----BEGIN PUBLIC KEY-----")]
+                     if read_key_file(f, "public key").startswith(b"-----BEGIN PUBLIC KEY-----")]
             if not files:
                 raise KeyMaterialError(f"{p}: folder holds no PEM *.pub signing keys")
         else:

@@ -27,7 +27,12 @@ class Snapshot:
 
     @classmethod
     def coerce(cls, obj: "Snapshot | Mapping[str, Any]") -> "Snapshot":
-        """Accept a Snapshot or a plain mapping of name -> array-like."""
+        """Accept a Snapshot or a plain mapping of name -> array-like (numpy arrays, torch
+        tensors of any dtype and device, scalars).
+
+        >>> Snapshot.coerce({"step": 3})["step"].dtype
+        dtype('int64')
+        """
         if isinstance(obj, Snapshot):
             return obj
         if not isinstance(obj, Mapping):
@@ -70,11 +75,19 @@ class Snapshot:
 
 
 def as_numpy(value: Any, name: str = "?") -> np.ndarray:
-    """Turn an array-like (numpy, torch tensor on any device, scalar) into a numpy array."""
+    """Turn an array-like (numpy, a torch tensor of any dtype on any device, a scalar) into a
+    numpy array with the same dtype and bits (torch bf16 becomes ``ml_dtypes.bfloat16``).
+
+    >>> import torch
+    >>> as_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
+    'bfloat16'
+    """
+    from .tensors import is_tensor, tensor_to_numpy
+
     if isinstance(value, np.ndarray):
         array = value
-    elif hasattr(value, "detach") and hasattr(value, "cpu"):
-        array = value.detach().cpu().numpy()
+    elif is_tensor(value):
+        array = tensor_to_numpy(value, name)
     else:
         array = np.asarray(value)
     if array.dtype.hasobject:
@@ -103,6 +116,12 @@ class ArrayMapping:
 
     def array(self, name: str) -> np.ndarray:  # pragma: no cover - abstract
         raise TypeError(f"{type(self).__name__} must define array()")
+
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        """``(dtype, shape)`` of ``name``; readers with an index override this to avoid
+        reading the data."""
+        array = self.array(name)
+        return array.dtype, tuple(array.shape)
 
     def __len__(self) -> int:
         return len(self.names)

@@ -10,8 +10,10 @@ Times, each as wall seconds of a fresh ``snapops`` process (so CLI start-up is i
 * ``verify_file_s``: ``snapops verify FILE`` with the same keys, the floor for both;
 * ``startup_s``: ``snapops --version``; ``git_add_s``: staging the file (setup, for scale).
 
->>> bench_precommit(256 << 20, "/tmp")["precommit_s"]
-1.4
+Example::
+
+    bench_precommit(256 << 20, "/tmp")["precommit_s"]
+    # -> 1.4
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ What is checked, per changed path:
 * a ledger (``*.ledger``): append-only against the version before, chained, and each new entry
   matching the snapshot it names in the same tree (:mod:`.ledger_check`).
 
->>> with Checker.open(Git(".")) as checker:
-...     outcome = checker.check_index()
->>> outcome.ok, [str(p) for p in outcome.problems()]
-(False, ['snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...'])
+Example::
+
+    with Checker.open(Git(".")) as checker:
+        outcome = checker.check_index()
+    outcome.ok, [str(p) for p in outcome.problems()]
+    # -> (False, ['snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...'])
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ A :class:`Tree` is either the index (what ``git commit`` is about to record) or 
 answer "which blob is at PATH" and "which files changed against a parent", so one checker serves
 pre-commit, pre-push, pre-receive and CI.
 
->>> git = Git(".")
->>> [c.path for c in git.index().changes()]
-['snapshots/run1/s.wtxt', 'ledger/run1.ledger']
+Example::
+
+    git = Git(".")
+    [c.path for c in git.index().changes()]
+    # -> ['snapshots/run1/s.wtxt', 'ledger/run1.ledger']
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ with the same arguments and standard input, and refuses when it does; uninstall 
 Installing twice changes nothing; installing with another snapops updates our scripts only.
 Hooks go where git looks for them (``core.hooksPath`` is honoured).
 
->>> install_hooks(".")
-[HookAction(name='pre-commit', action='installed', ...), ...]
->>> uninstall_hooks(".")
-[HookAction(name='pre-commit', action='removed', ...), ...]
+Example::
+
+    install_hooks(".")
+    # -> [HookAction(name='pre-commit', action='installed', ...), ...]
+    uninstall_hooks(".")
+    # -> [HookAction(name='pre-commit', action='removed', ...), ...]
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ matching the snapshot it names in the same tree.
 
 Both versions are streamed line by line from ``git cat-file``.
 
->>> report = check_ledger(ctx, git.index(), "ledger/run1.ledger", new_oid, head_oid, "HEAD")
->>> [str(p) for p in report.problems]
-['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...']
+Example::
+
+    report = check_ledger(ctx, git.index(), "ledger/run1.ledger", new_oid, head_oid, "HEAD")
+    [str(p) for p in report.problems]
+    # -> ['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...']
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from __future__ import annotations
 import contextlib
 from typing import BinaryIO, Iterator
 
+from snapops.daemon.entry_values import check_values
 from snapops.daemon.ledger import (
-    MAX_LINE, MAX_MANIFEST, LedgerLine, LedgerReport, check_link, compare_entry, iter_lines,
-    manifest_values,
+    MAX_LINE, LedgerLine, LedgerReport, check_link, iter_lines,
 )
 from snapops.formats.errors import FormatError, LedgerError
 
 from .gitio import Tree
-from .snapshot_check import Context, header_values
+from .snapshot_check import Context
 
 LEDGER_SUFFIX = ".ledger"
 
@@ -123,21 +125,28 @@ def _removed_tail(report: LedgerReport, olds: Iterator[bytes], kept: int, before
             expected=f"at least the {kept + missing} lines of {before}", got=f"{kept} lines"))
 
 
+class TreeSource:
+    """Snapshot files of a Git tree, for :func:`snapops.daemon.entry_values.check_values`."""
+
+    def __init__(self, ctx: Context, tree: Tree) -> None:
+        self.ctx, self.tree = ctx, tree
+
+    def open(self, rel: str):
+        oid = self.tree.blob(rel)
+        if oid is None:
+            raise FormatError("no such file", path=rel, check="missing")
+        return self.ctx.git.open_blob(oid)
+
+    def read(self, rel: str, limit: int) -> bytes | None:
+        oid = self.tree.blob(rel)
+        return None if oid is None else self.ctx.git.read_blob(oid, limit)
+
+
 def check_entry(ctx: Context, tree: Tree, rec: LedgerLine) -> LedgerError | None:
     """The snapshot a new entry names must be in ``tree`` and carry the entry's values."""
     e, n = rec.entry, rec.line_no
-    oid = tree.blob(e.path)
-    if oid is None:
+    if tree.blob(e.path) is None:
         return LedgerError(f"snapshot {e.path} named by this new entry is not in {tree.label}",
                            line=n, check="missing", expected=f"{e.path} committed with its "
                            "entry", got="no such file")
-    if e.format not in ("wtxt", "manifest"):
-        return None  # other formats carry no sealing values; existence is what we check
-    try:
-        if e.format == "manifest":
-            values = manifest_values(ctx.git.read_blob(oid, MAX_MANIFEST + 1), rec, e.path)
-        else:
-            values = header_values(ctx, tree, e.path, oid)
-    except FormatError as exc:
-        return LedgerError(f"snapshot {e.path} cannot be read: {exc}", line=n, check="file")
-    return compare_entry(rec, values, f"in {tree.label}")
+    return check_values(rec, TreeSource(ctx, tree), f"in {tree.label}")

@@ -15,9 +15,11 @@ server's bare repository config, or ``git -c`` for one run) and passed around fr
 On a server, point ``snapops.trustedKeys`` at keys outside the repository: a pushed tree must
 never decide which keys are trusted.
 
->>> cfg = load_repo_config(Git("."))
->>> cfg.require_signature, cfg.trusted_keys
-(True, ('/srv/keys',))
+Example::
+
+    cfg = load_repo_config(Git("."))
+    cfg.require_signature, cfg.trusted_keys
+    # -> (True, ('/srv/keys',))
 """
 
 from __future__ import annotations

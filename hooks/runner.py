@@ -2,8 +2,10 @@
 one line per problem (naming commit, file, line and check) and return the exit status git
 acts on (0 accept, 1 refuse; configuration and git errors exit 2, which refuses too).
 
->>> run_pre_receive(Git("."), "0000... 1a2b... refs/heads/main\\n", sys.stderr)
-1
+Example::
+
+    run_pre_receive(Git("."), "0000... 1a2b... refs/heads/main\\n", sys.stderr)
+    # -> 1
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ verified streaming from ``git cat-file`` (or from the work-tree copy proven to b
 verifiers map the file. ``.wsum`` files are verified with the ``.wtxt`` beside them; DELTA files
 need their base and are only noted.
 
->>> ctx = Context(git, cfg, tmp)
->>> report = verify_blob(ctx, git.index(), "snapshots/run1/s.wtxt", oid)
->>> report.ok, str(report.failure)
-(False, 'snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...')
+Example::
+
+    ctx = Context(git, cfg, tmp)
+    report = verify_blob(ctx, git.index(), "snapshots/run1/s.wtxt", oid)
+    report.ok, str(report.failure)
+    # -> (False, 'snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...')
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from snapops.formats.contract import SnapshotFormat
 from snapops.formats.errors import FormatError, SnapopsError
-from snapops.formats.registry import SNIFF_BYTES, FormatHandler, all_handlers, handler
+from snapops.formats.registry import SNIFF_BYTES, detect_head
 from snapops.formats.report import Report
-from snapops.formats.wtxt._grammar import MAX_LINE
-from snapops.formats.wtxt._parse import read_header, read_sign
-from snapops.formats.wtxt._reader import LineReader
-from snapops.formats.wtxt.read import header_info
 from snapops.formats.wtxt.verify import verify_stream
-from snapops.formats.wtxt.wsum import MAX_WSUM, parse_wsum
+from snapops.formats.wtxt.wsum import MAX_WSUM
 
 from .blobs import HashingFile, PrefixedStream, read_head
 from .gitio import Git, Tree
@@ -40,8 +39,6 @@ DELTA_SUFFIX = ".wtxtdelta"
 DELTA_MAGIC = b"WTXT-DELTA "
 WSUM_MAGIC = b"WSUM "
 LFS_MAGIC = b"version https://git-lfs.github.com/spec/"
-# handlers whose file names other files relative to it: verify with its whole folder
-WITH_FOLDER = frozenset({"aeroset"})
 
 
 @dataclass
@@ -65,8 +62,8 @@ class Context:
         return self._index_cache[path]
 
 
-def classify(path: str, head: bytes) -> FormatHandler | str | None:
-    """A registry handler, "wsum", "delta", "lfs" (a Git LFS pointer), or None for a file
+def classify(path: str, head: bytes) -> SnapshotFormat | str | None:
+    """A snapshot format, "wsum", "delta", "lfs" (a Git LFS pointer), or None for a file
     that is no snapshot."""
     if head.startswith(DELTA_MAGIC) or path.endswith(DELTA_SUFFIX):
         return "delta"
@@ -74,18 +71,10 @@ def classify(path: str, head: bytes) -> FormatHandler | str | None:
         return "wsum"
     if head.startswith(LFS_MAGIC):
         return "lfs"
-    wtxt = handler("wtxt")  # the common case, without importing every format module
-    if wtxt.sniff(head):
-        return wtxt
-    handlers = all_handlers()
-    for h in handlers:
-        if h.sniff(head):
-            return h
-    name = path.rsplit("/", 1)[-1].lower()
-    for h in handlers:
-        if any(name.endswith(s) for s in h.suffixes):
-            return h
-    return None
+    try:
+        return detect_head(head, path.rsplit("/", 1)[-1])
+    except FormatError:
+        return None
 
 
 def verify_blob(ctx: Context, tree: Tree, path: str, oid: str) -> Report | None:
@@ -101,10 +90,7 @@ def verify_blob(ctx: Context, tree: Tree, path: str, oid: str) -> Report | None:
         if kind == "lfs":
             return Report(path=path, format="lfs-pointer", notes=[
                 "Git LFS pointer: the content is not in git (verify it after `git lfs pull`)"])
-        if kind.verify is None:
-            return Report(path=path, format=kind.name, notes=[
-                f"{kind.name} carries no integrity data: nothing to verify"])
-        if kind.name != "wtxt":
+        if not kind.capabilities.streams_text:
             return _verify_materialized(ctx, tree, path, oid, kind, head, pipe)
         candidate = _worktree_candidate(ctx, path, oid)
         if candidate is None:
@@ -166,17 +152,19 @@ def _verify_wtxt_worktree(ctx: Context, tree: Tree, path: str, oid: str,
         return _verify_wtxt(ctx, tree, path, pipe)
 
 
-def _verify_materialized(ctx: Context, tree: Tree, path: str, oid: str, handler: FormatHandler,
-                         head: bytes, pipe) -> Report:
-    """Binary formats map their file: write the blob (and, for a set index, its folder)
-    under the private scratch folder, verify there, and name the repository path."""
+def _verify_materialized(ctx: Context, tree: Tree, path: str, oid: str,
+                         handler: SnapshotFormat, head: bytes, pipe) -> Report:
+    """Binary formats map their file: write the blob (and, for a format whose file names
+    others beside it, its folder) under the private scratch folder, verify there (the
+    format's own checks; their seal is the generation's MANIFEST), and name the repository
+    path."""
     root = ctx.scratch()
     target = root / path
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as out:
         out.write(head)
         shutil.copyfileobj(pipe, out, 1 << 20)
-    if handler.name in WITH_FOLDER:
+    if handler.capabilities.multi_file:
         folder = path.rsplit("/", 1)[0] if "/" in path else ""
         for member, member_oid in tree.listing(folder).items():
             if member != path:
@@ -212,27 +200,3 @@ def relocate(report: Report, scratch: str, repo_folder: str) -> Report:
     report.notes = [n.replace(scratch + "/", f"{repo_folder}/" if repo_folder else "")
                     for n in report.notes]
     return report
-
-
-def header_values(ctx: Context, tree: Tree, path: str, oid: str) -> dict[str, str | None]:
-    """The ledger-relevant values of the WTXT blob at ``path`` (header, or its WSUM)."""
-    with ctx.git.open_blob(oid) as pipe:
-        reader = LineReader(pipe, max_line=MAX_LINE)
-        try:
-            header = read_header(reader)
-            read_sign(reader, header)
-        except FormatError as exc:
-            raise exc.located(path)
-    info = header_info(header)
-    values = {"gen": info.gen_text, "ts": info.ts, "build": info.build, "keyid": info.keyid,
-              "sha256_all": info.sha256_all, "merkle_prev": info.merkle_prev,
-              "merkle_this": info.merkle_this}
-    if info.root_pending:
-        side = tree.blob(path + WSUM_SUFFIX)
-        if side is None:
-            raise FormatError("root_pending file without its WSUM", path=path, check="wsum",
-                              expected=f"{path}{WSUM_SUFFIX} in {tree.label}", got="no such file")
-        wsum = parse_wsum(ctx.git.read_blob(side, MAX_WSUM + 1), path + WSUM_SUFFIX)
-        values.update(sha256_all=wsum.sha256_all, merkle_prev=wsum.merkle_prev,
-                      merkle_this=wsum.merkle_this)
-    return values

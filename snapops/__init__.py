@@ -1,11 +1,18 @@
 """snapops: safe, verifiable, Git-reviewable weight snapshots for ML training runs.
 
+One front door for every format (WTXT, AERO, AEROSET, FOLD, PyCauset, FINF, npz,
+safetensors, pt): the same verbs, the same typed options, numpy arrays or torch tensors of any
+dtype in, the same dtypes and names out.
+
 >>> import numpy as np, snapops
->>> snapops.save({"w": np.ones((4, 4), np.float32)}, "w.wtxt", gen=1, row_blocking=True)
+>>> result = snapops.save({"w": np.ones((4, 4), np.float32)}, "w.wtxt", gen=1, row_blocking=True)
 >>> snapops.verify("w.wtxt").ok
 True
 >>> snapops.load("w.wtxt")["w"].shape
 (4, 4)
+>>> snapops.save({"w": np.ones(2)}, "w.fold", compresion="none")
+Traceback (most recent call last):
+snapops.formats.errors.DataError: fold writer: unknown option 'compresion' (did you mean compression?); allowed: gen, ts, build, compression, level, ecc, segment, workers, created_at
 """
 
 from __future__ import annotations
@@ -14,13 +21,14 @@ import os
 from typing import Any, Mapping
 
 from snapops.formats import errors  # noqa: F401
+from snapops.formats.contract import VerifyOptions, WriteResult
 from snapops.formats.errors import FormatError, SnapopsError  # noqa: F401
 from snapops.formats.model import Snapshot
 from snapops.formats.report import Report
 
 __version__ = "0.1.0"
-__all__ = ["Snapshot", "Snapshotter", "Report", "load", "save", "verify", "SnapopsError",
-           "FormatError"]
+__all__ = ["Snapshot", "Snapshotter", "Report", "WriteResult", "VerifyOptions", "load", "save",
+           "verify", "inspect", "SnapopsError", "FormatError"]
 
 
 def __getattr__(name: str):
@@ -31,39 +39,44 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'snapops' has no attribute {name!r}")
 
 
-def load(path: str | os.PathLike, **options: Any) -> Snapshot:
-    """Load any supported file (detected by magic bytes) into a Snapshot."""
+def load(path: str | os.PathLike, options: VerifyOptions | None = None,
+         **fields: Any) -> Snapshot:
+    """Load any supported file (detected by magic bytes, then suffix) with its dtypes and
+    names; ``options``/keywords are :class:`VerifyOptions` (keys the format checks while
+    reading, ``require_signature``...)."""
     from snapops.formats.registry import detect
 
-    return detect(path).load(path, **options)
+    return detect(path).load(path, options, **fields)
 
 
-def save(
-    snapshot: Snapshot | Mapping[str, Any],
-    path: str | os.PathLike,
-    *,
-    format: str | None = None,
-    **options: Any,
-) -> Any:
-    """Write ``snapshot`` (a Snapshot or a dict of arrays) to ``path`` atomically.
+def save(snapshot: Snapshot | Mapping[str, Any], path: str | os.PathLike, options: Any = None,
+         *, format: str | None = None, **fields: Any) -> WriteResult:
+    """Write ``snapshot`` (a Snapshot, or a mapping of numpy arrays / torch tensors) to
+    ``path`` atomically; returns a WriteResult (size, SHA-256 of the file, counts).
 
-    The format comes from ``format=`` or the file suffix; ``options`` are the format's own
-    (for WTXT: gen, ts, schema, build, host, cuda, merkle_prev, row_blocking, rows_per_chunk,
-    hmac_key, sign_key, streaming, audit).
+    The format comes from ``format=`` or the file suffix. ``options`` is that format's options
+    dataclass (``snapops.formats.fold.FoldOptions``...) or a mapping; keywords are its fields.
+    ``gen``, ``ts`` and ``build`` are accepted by every format; an unknown name is an error
+    that lists the allowed ones.
     """
     from snapops.formats.registry import handler, handler_for_suffix
 
     chosen = handler(format) if format else handler_for_suffix(path)
-    if chosen.save is None:
-        raise FormatError(f"snapops cannot write {chosen.name}", path=os.fspath(path))
-    return chosen.save(Snapshot.coerce(snapshot), path, **options)
+    return chosen.save(snapshot, path, options, **fields)
 
 
-def verify(path: str | os.PathLike, **options: Any) -> Report:
-    """Fully verify any supported file; returns a Report (``report.ok``)."""
+def verify(path: str | os.PathLike, options: VerifyOptions | None = None,
+           **fields: Any) -> Report:
+    """Fully verify any supported file (age-armored too, with ``identity``); returns a Report
+    (``report.ok``, ``report.failure``). A demanded seal the format does not have
+    (``require_signature``, ``require_hmac``) fails closed and says what to do instead."""
+    from snapops.formats.registry import verify_any
+
+    return verify_any(path, options, **fields)
+
+
+def inspect(path: str | os.PathLike) -> dict:
+    """The format's description and one ``arrays`` table (name, dtype, shape, bytes)."""
     from snapops.formats.registry import detect
 
-    chosen = detect(path)
-    if chosen.verify is None:
-        raise FormatError(f"snapops cannot verify {chosen.name} files", path=os.fspath(path))
-    return chosen.verify(path, **options)
+    return detect(path).inspect(path)

@@ -8,6 +8,7 @@ that tensor's pages. Every problem is a :class:`FormatError` naming the check th
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import ArrayMapping, close_map
+from ..model import ArrayMapping, Snapshot, close_map
 from ..errors import (ChecksumError, FormatError, LimitError, TruncatedError,
                       UnsupportedVersionError)
 from . import _decode, _hash
@@ -361,8 +362,10 @@ def check_tensor_extents(tensors: list[Tensor], shard_sizes: dict[int, int]) -> 
 class AeroFile(ArrayMapping):
     """An open AERO file: control region parsed, TIDX decoded and checked, weights mapped.
 
-    >>> with AeroFile("model.aero") as f:
-    ...     w = f.array("layer.0.weight")     # a read-only view on the mmap
+    Example::
+
+        with AeroFile("model.aero") as f:
+            w = f.array("layer.0.weight")     # a read-only view on the mmap
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -464,6 +467,10 @@ class AeroFile(ArrayMapping):
         """Tensor names in TIDX order."""
         return [t.name for t in self.tensors]
 
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        t = self.by_name.get(name)
+        return (t.np_dtype, tuple(t.np_shape)) if t is not None else super().spec(name)
+
     def array(self, name: str) -> np.ndarray:
         """A read-only view of tensor ``name`` on the mmap (no copy, no other tensor touched)."""
         try:
@@ -490,3 +497,13 @@ class AeroFile(ArrayMapping):
         mm, self._mm = self._mm, None
         close_map(mm)
 
+
+def packed_snapshot(arrays: dict, meta: dict, tensors: list[Tensor]) -> Snapshot:
+    """A Snapshot of AERO tensors: packed (0x8000) tensors load as their raw bytes, with
+    their logical shape and codec fields in ``meta["aero.packed"]`` (JSON), which ``save``
+    reads back."""
+    packed = {t.name: {"shape": list(t.shape), **t.extra} for t in tensors
+              if t.dtype == S.DTYPE_PACKED}
+    if packed:
+        meta[S.PACKED_META_KEY] = json.dumps(packed, sort_keys=True, separators=(",", ":"))
+    return Snapshot(arrays, meta)

@@ -1,8 +1,9 @@
 """Writing AERO: turn a Snapshot into a plan, then stream the plan into an atomic file.
 
-Weights are written straight from the arrays' memory (no copy) while a thread pool computes the
-BLAKE3 digests the TOC, TIDX and PHSH need. The metadata chunks and the control region are
-written last, when every digest is known; the file only appears under its name once complete.
+A thread pool first computes the BLAKE3 digests the TOC, TIDX and PHSH need (from the arrays'
+memory); then every byte is written once, in file order, weights straight from the arrays'
+memory (no copy), so the file's SHA-256 is computed on the way; the file only appears under its
+name once complete.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ..atomic import atomic_write, writeback_starter
+from ..atomic import atomic_write_digest, writeback_starter
+from ..contract import SaveOptions
 from ..errors import DataError, LimitError
 from ..model import Snapshot, raw_bytes
 from . import _hash
@@ -32,8 +34,16 @@ WRITEBACK_STEP = 64 << 20
 
 
 @dataclass(frozen=True)
-class Options:
-    """How to write: see :func:`snapops.formats.aero.save` for the meaning of each field."""
+class Options(SaveOptions):
+    """AERO writer options (``gen``/``ts``/``build`` go to ``meta.json``).
+
+    ``shard_max`` (bytes per WTSH shard, default 2 GiB; a larger tensor gets its own shard),
+    ``page_hashes`` (add PHSH per shard, default False), ``page_size`` (default 4 MiB),
+    ``control_integrity`` (add IHSH, default True), ``model_name`` / ``architecture``
+    (manifest ``model``; default ``meta["model_name"]`` / ``meta["architecture"]`` or ""),
+    ``uuid`` (None: derived from the content, so equal input gives equal bytes; ``"random"``;
+    or a fixed UUID / 16 bytes), ``zstd_level`` (default 6), ``workers`` (hash threads).
+    """
 
     shard_max: int = S.DEFAULT_SHARD_MAX
     page_hashes: bool = False
@@ -102,9 +112,8 @@ def _packed_meta(value: Any) -> dict:
     return table
 
 
-def save(snapshot: Snapshot, path: str | os.PathLike, **opts: Any) -> dict:
-    """Write ``snapshot`` as one AERO file; returns a summary (shards, tensors, bytes)."""
-    options = Options(**opts)
+def save(snapshot: Snapshot, path: str | os.PathLike, options: Options) -> dict:
+    """Write ``snapshot`` as one AERO file; returns a summary (shards, tensors, bytes, sha256)."""
     prepared = prepare(snapshot)
     slots, shards = plan_tensors(prepared.specs, options.shard_max)
     summary = write_file(path, slots, shards, prepared.buffers, prepared.meta, options)
@@ -165,48 +174,48 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
     ``index.aero`` is written with ``shards=[]`` and the digests its parts computed.
     """
     chunks = _chunk_list(shards, options)
-    early = plan_file(chunks)                   # weights offsets are final already
     mjsn = _meta_json(meta, options)
     writeback = writeback_starter() if writeback is None else writeback
     jobs = _hash_jobs(slots, shards, buffers, options)
     workers = _hash.default_workers() if options.workers is None else options.workers
-    with atomic_write(path) as f, _pool(workers) as pool:
-        futures = _submit(pool, jobs, max(1, workers))
-        _stream_weights(f, early, slots, shards, buffers, options, writeback)
-        digests = {job.key: fut.result() for job, fut in futures}
-        if tensor_hashes is not None:
-            digests.update({("tensor", i): h for i, h in enumerate(tensor_hashes)})
-        tail, manifest_chunks = _metadata(slots, shards, digests, mjsn, chunks, options)
-        plan = plan_file(chunks[:-3] + tail)
-        assert plan.offsets[:-3] == early.offsets[:-3]
+    with _pool(workers) as pool:
+        digests = {job.key: fut.result() for job, fut in _submit(pool, jobs, max(1, workers))}
+    if tensor_hashes is not None:
+        digests.update({("tensor", i): h for i, h in enumerate(tensor_hashes)})
+    tail, manifest_chunks = _metadata(slots, shards, digests, mjsn, chunks, options)
+    plan = plan_file(chunks[:-3] + tail)
+    hashes = _toc_hashes(plan, digests, manifest_chunks, shards, options)
+    uuid = _file_uuid(options.uuid, hashes)
+    control, ihsh = _control(plan, hashes, uuid, options)
+    with atomic_write_digest(path, stable=True) as f:     # views of the arrays, fresh bytes
+        f.write(control)
+        if ihsh is not None:
+            _pad_to(f, plan.offsets[0])
+            f.write(ihsh)
+        _stream_weights(f, plan, slots, shards, buffers, digests, options, writeback)
         for i in range(len(chunks) - 3, len(chunks)):
             _pad_to(f, plan.offsets[i])
             f.write(manifest_chunks[i - (len(chunks) - 3)])
-        hashes = _toc_hashes(plan, digests, manifest_chunks, shards, options)
-        uuid = _file_uuid(options.uuid, hashes)
-        _patch_control(f, plan, hashes, uuid, digests, shards, options)
-    return {"shards": len(shards), "tensors": len(slots), "file_size": plan.file_size,
+    return {"shards": len(shards), "tensors": len(slots), "file_size": f.size,
             "payload_bytes": sum(s.size for s in shards), "uuid": uuid.hex(),
+            "sha256": f.hexdigest(),
             "tensor_hashes": [digests[("tensor", i)] for i in range(len(slots))]}
 
 
-def _stream_weights(f, early, slots, shards, buffers, options: Options, writeback) -> None:
-    """Zeros for the control region and IHSH, then each WTSH straight from the arrays' memory
-    (and a zeroed PHSH, patched once its pages are hashed)."""
-    first = early.offsets[0] + early.chunks[0].length if options.control_integrity else 0
-    f.write(bytes(max(first, early.payloads_start)))
+def _stream_weights(f, plan, slots, shards, buffers, digests: dict, options: Options,
+                    writeback) -> None:
+    """Each WTSH straight from the arrays' memory, then its PHSH."""
     synced = 0
     for shard in shards:
-        _pad_to(f, early.offsets[early.index(S.WTSH, S.shard_name(shard.shard_id))])
+        _pad_to(f, plan.offsets[plan.index(S.WTSH, S.shard_name(shard.shard_id))])
         segs = _hash.Segments(tuple((slots[i].data_off, buffers[i]) for i in shard.slots),
                               shard.size)
         for piece in segs.pieces():
             f.write(piece)
             synced = _maybe_writeback(f, writeback, synced)
         if options.page_hashes:
-            phsh = early.index(S.PHSH, S.phsh_name(shard.shard_id))
-            _pad_to(f, early.offsets[phsh])
-            f.write(bytes(early.chunks[phsh].length))
+            _pad_to(f, plan.offsets[plan.index(S.PHSH, S.phsh_name(shard.shard_id))])
+            f.write(_phsh_bytes(shard, digests, options))
 
 
 @contextlib.contextmanager
@@ -351,19 +360,13 @@ def _file_uuid(option: Any, hashes: list[bytes]) -> bytes:
     raise DataError(f"uuid must be None, 'random', a UUID, its string or 16 bytes; got {option!r}")
 
 
-def _patch_control(f, plan, hashes, uuid, digests, shards, options) -> None:
-    if options.page_hashes:
-        for shard in shards:
-            f.seek(plan.offsets[plan.index(S.PHSH, S.phsh_name(shard.shard_id))])
-            f.write(_phsh_bytes(shard, digests, options))
+def _control(plan, hashes, uuid, options: Options) -> tuple[bytes, bytes | None]:
+    """The control region (header, TOC, string table) and the IHSH payload covering it."""
     control = pack_control(plan, hashes, uuid)
-    if options.control_integrity:
-        zeroed = zero_toc_hashes(control, plan.toc_offset, len(plan.chunks))
-        payload = ihsh_payload(_hash.digest(zeroed), plan.payloads_start)
-        entry = plan.toc_offset + S.TOC_HEADER_SIZE      # IHSH is TOC entry 0
-        control[entry + S.HASH_FIELD.start:entry + S.HASH_FIELD.stop] = _hash.digest(payload)
-        f.seek(plan.offsets[0])
-        f.write(payload)
-    f.seek(0)
-    f.write(control)
-    f.seek(0, os.SEEK_END)
+    if not options.control_integrity:
+        return bytes(control), None
+    zeroed = zero_toc_hashes(control, plan.toc_offset, len(plan.chunks))
+    payload = ihsh_payload(_hash.digest(zeroed), plan.payloads_start)
+    entry = plan.toc_offset + S.TOC_HEADER_SIZE      # IHSH is TOC entry 0
+    control[entry + S.HASH_FIELD.start:entry + S.HASH_FIELD.stop] = _hash.digest(payload)
+    return bytes(control), payload

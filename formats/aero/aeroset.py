@@ -6,32 +6,39 @@ and ``part-NNN.aero`` files, each a standalone AERO file. Shard ids are global: 
 WTSH chunk ``weights.shard5`` of whichever part lists it. The JSON is written last, so a crash
 leaves the previous set readable.
 
->>> save(snapshot, "out/model.aeroset.json", shard_max=1 << 30, part_shards=4)
+>>> state = {f"layer.{i}.weight": np.full((4, 4), i, np.float32) for i in range(3)}
+>>> FORMAT.save(state, "out/model.aeroset.json", shard_max=64, part_shards=2).details["parts"]
+2
 >>> with open_set("out/model.aeroset.json") as s:
-...     w = s["layer.0.weight"]
+...     s["layer.2.weight"][0, 0]
+np.float32(2.0)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from ..atomic import atomic_write_bytes
+from ..dtypes import dtype_name
+from ..integrity import file_sha256
+from ..contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from ..errors import ChecksumError, DataError, FormatError, LimitError, UnsupportedVersionError
-from ..model import Snapshot
-from ..registry import FormatHandler
+from ..model import ArrayMapping, Snapshot
 from ..report import Report
 from . import _decode
 from . import _spec as S
 from ._layout import ShardPlan, plan_tensors
-from ._read import AeroFile, Tensor
+from ._read import AeroFile, Tensor, packed_snapshot
 from ._write import Options, prepare, write_file
-from .verify import verify as verify_file
+from .verify import verify_file
+
+NATIVE = frozenset(dtype_name(dtype) for _, dtype in S.DTYPES.values())
 
 SET_NAME = "model.aeroset.json"
 INDEX_NAME = "index.aero"
@@ -45,25 +52,22 @@ def _paths(path: str | os.PathLike) -> tuple[Path, Path]:
     return p, p / SET_NAME
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(8 << 20):
-            h.update(block)
-    return h.hexdigest()
+@dataclass(frozen=True)
+class AerosetOptions(Options):
+    """AERO options, plus ``part_shards``: WTSH shards per part file (default 4, as the
+    reference writer)."""
+
+    part_shards: int = 4
 
 
-def save(snapshot: Snapshot, path: str | os.PathLike, *, part_shards: int = 4,
-         **opts: Any) -> dict:
-    """Write an AEROSET into a folder (or at a ``*.aeroset.json`` path); AERO options apply.
-
-    ``part_shards``: WTSH shards per part file (default 4, as the reference writer).
-    """
+def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOptions) -> dict:
+    """Write an AEROSET into a folder (or at a ``*.aeroset.json`` path); the summary names the
+    index JSON and its SHA-256 (which lists every part's)."""
+    part_shards = options.part_shards
     if type(part_shards) is not int or part_shards < 1:
         raise DataError(f"part_shards must be a positive integer, got {part_shards!r}")
     folder, json_path = _paths(path)
     folder.mkdir(parents=True, exist_ok=True)
-    options = Options(**opts)
     prepared = prepare(snapshot)
     slots, shards = plan_tensors(prepared.specs, options.shard_max)
     hashes: list[bytes] = [b""] * len(slots)
@@ -78,21 +82,22 @@ def save(snapshot: Snapshot, path: str | os.PathLike, *, part_shards: int = 4,
                           [prepared.buffers[i] for i in order], prepared.meta, options)
         for g, digest in zip(order, done["tensor_hashes"]):
             hashes[g] = digest
-        parts.append({"path": name, "sha256": _sha256_file(folder / name),
-                      "size_bytes": (folder / name).stat().st_size,
+        parts.append({"path": name, "sha256": done["sha256"], "size_bytes": done["file_size"],
                       "shards": [s.shard_id for s in group]})
-    write_file(folder / INDEX_NAME, slots, [], [], prepared.meta, options, tensor_hashes=hashes)
+    index_file = write_file(folder / INDEX_NAME, slots, [], [], prepared.meta, options,
+                            tensor_hashes=hashes)
     meta = json.loads(json.dumps(prepared.meta))
     model = {"name": str(options.model_name if options.model_name is not None
                          else meta.get("model_name", "")),
              "architecture": str(options.architecture if options.architecture is not None
                                  else meta.get("architecture", ""))}
     index = {"format": {"name": "AEROSET", "version": [0, 1]}, "model": model, "parts": parts,
-             "global_tidx": {"path": INDEX_NAME, "sha256": _sha256_file(folder / INDEX_NAME),
-                             "size_bytes": (folder / INDEX_NAME).stat().st_size}}
-    atomic_write_bytes(json_path, (json.dumps(index, indent=2) + "\n").encode())
+             "global_tidx": {"path": INDEX_NAME, "sha256": index_file["sha256"],
+                             "size_bytes": index_file["file_size"]}}
+    data = (json.dumps(index, indent=2) + "\n").encode()
+    digest = atomic_write_bytes(json_path, data)
     return {"parts": len(parts), "shards": len(shards), "tensors": len(slots),
-            "index": str(json_path)}
+            "index": str(json_path), "sha256": digest, "size": len(data)}
 
 
 # ---- reading -------------------------------------------------------------------------------
@@ -163,15 +168,15 @@ def parse_set(data: bytes, path: str) -> dict:
             "owner": owner}
 
 
-class AeroSet:
+class AeroSet(ArrayMapping):
     """An open AEROSET: the global TIDX from ``index.aero``; parts are opened on first use."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.folder, self.json_path = _paths(path)
         where = str(self.json_path)
         try:
-            with open(self.json_path, "rb") as f:
-                data = f.read(MAX_SET_JSON + 1)
+            with open(self.json_path, "rb") as f:   # read what is there, up to the bound
+                data = f.read(min(os.fstat(f.fileno()).st_size, MAX_SET_JSON) + 1)
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc
         self.doc = parse_set(data, where)
@@ -208,7 +213,11 @@ class AeroSet:
         self.part(rel)
         return self._maps[rel]
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        t = self.by_name.get(name)
+        return (t.np_dtype, tuple(t.np_shape)) if t is not None else super().spec(name)
+
+    def array(self, name: str) -> np.ndarray:
         """The tensor as a view on its part's mmap, once the part agrees with the index."""
         t = self.by_name.get(name)
         if t is None:
@@ -218,12 +227,6 @@ class AeroSet:
         _same_entry(t, part.by_name.get(name), part.path, self._maps[rel])
         return part.array(name)
 
-    def __len__(self) -> int:
-        return len(self.tensors)
-
-    def __iter__(self):
-        return iter(self.names)
-
     def meta(self) -> dict:
         return self.index.meta()
 
@@ -232,12 +235,6 @@ class AeroSet:
         for f in self._parts.values():
             f.close()
         self._parts.clear()
-
-    def __enter__(self) -> "AeroSet":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _shard_map(part: AeroFile, listed: list[int]) -> dict[int, int]:
@@ -281,19 +278,8 @@ def open_set(path: str | os.PathLike) -> AeroSet:
     return AeroSet(path)
 
 
-def load(path: str | os.PathLike) -> Snapshot:
-    """Every tensor of the set as mmap views on the parts (index order), meta from index.aero."""
-    with AeroSet(path) as s:
-        arrays = {name: s[name] for name in s.names}
-        meta = s.meta()
-    packed = {t.name: {"shape": list(t.shape), **t.extra} for t in s.tensors
-              if t.dtype == S.DTYPE_PACKED}
-    if packed:
-        meta[S.PACKED_META_KEY] = json.dumps(packed, sort_keys=True, separators=(",", ":"))
-    return Snapshot(arrays, meta)
-
-
-def verify(path: str | os.PathLike, level: str = "full", *, workers: int | None = None) -> Report:
+def verify_set(path: str | os.PathLike, level: str = "full", *,
+               workers: int | None = None) -> Report:
     """Index JSON, sizes (and at ``full`` the sha256) of every file, each file's own verify,
     and agreement between the global TIDX and the parts."""
     folder, json_path = _paths(path)
@@ -326,7 +312,7 @@ def _verify_member(folder: Path, entry: dict, level: str, workers: int | None,
         raise FormatError("file size disagrees with the AEROSET index", path=str(file),
                           expected=str(entry["size_bytes"]), got=size, check="aeroset")
     if level == "full":
-        got = _sha256_file(file)
+        got = file_sha256(file)
         if got != entry["sha256"]:
             raise ChecksumError("file sha256 disagrees with the AEROSET index", path=str(file),
                                 expected=entry["sha256"], got=got, check="sha256")
@@ -356,17 +342,42 @@ def _verify_agreement(s: AeroSet) -> None:
                           array=missing[0], got=f"{len(missing)} missing", check="aeroset")
 
 
-def inspect(path: str | os.PathLike) -> dict:
-    with AeroSet(path) as s:
-        return {"format": "aeroset", "path": str(s.json_path),
-                "version": s.doc["format"].get("version"), "model": s.doc["model"],
-                "parts": s.doc["parts"], "global_tidx": s.doc["global_tidx"],
-                "meta": s.meta(), "tensors": len(s.tensors)}
+class Aeroset(SnapshotFormat):
+    name = "aeroset"
+    title = "AEROSET"
+    suffixes = (".aeroset.json",)
+    capabilities = Capabilities(
+        native_dtypes=NATIVE, mmap=True, integrity=frozenset({"structure", "data", "metadata"}),
+        verify_levels=("full", "control"), multi_file=True)
+    options_type = AerosetOptions
+
+    def sniff(self, head: bytes) -> bool:
+        return head.lstrip()[:1] == b"{" and b'"AEROSET"' in head
+
+    def _save(self, snapshot: Snapshot, path: str, options: AerosetOptions) -> WriteResult:
+        done = save_set(snapshot, path, options)
+        return self.result(done["index"], snapshot, done["size"], done["sha256"], done)
+
+    def _load(self, path: str, options: VerifyOptions) -> Snapshot:
+        """Every tensor as mmap views on the parts (index order), meta from index.aero."""
+        with AeroSet(path) as s:
+            return packed_snapshot({name: s[name] for name in s.names}, s.meta(), s.tensors)
+
+    def _open(self, path: str) -> tuple[ArrayMapping, dict]:
+        s = AeroSet(path)
+        return s, s.meta()
+
+    def _verify(self, path: str, options: VerifyOptions) -> Report:
+        return verify_set(path, options.level, workers=options.workers)
+
+    def _inspect(self, path: str) -> dict:
+        with AeroSet(path) as s:
+            return {"path": str(s.json_path), "version": s.doc["format"].get("version"),
+                    "header": {"parts": len(s.doc["parts"]), "tensors": len(s.tensors)},
+                    "model": s.doc["model"], "parts": s.doc["parts"],
+                    "global_tidx": s.doc["global_tidx"], "meta": s.meta()}
 
 
-def sniff(head: bytes) -> bool:
-    return head.lstrip()[:1] == b"{" and b'"AEROSET"' in head
-
-
-HANDLER = FormatHandler(name="aeroset", suffixes=(".aeroset.json",), sniff=sniff, load=load,
-                        save=save, verify=verify, inspect=inspect)
+FORMAT = Aeroset()
+save, load, open_lazy, verify, inspect = (FORMAT.save, FORMAT.load, FORMAT.open_lazy,
+                                          FORMAT.verify, FORMAT.inspect)

@@ -28,11 +28,14 @@ from ._read import AeroFile, Chunk
 LEVELS = ("control", "full")
 
 
-def verify(path: str | os.PathLike, level: str = "full", *, workers: int | None = None) -> Report:
-    """Check an AERO file; ``report.ok`` is False and ``report.failure`` names the check otherwise.
+def verify_file(path: str | os.PathLike, level: str = "full", *,
+                workers: int | None = None) -> Report:
+    """Check an AERO file; ``report.ok`` is False and ``report.failure`` names the check otherwise
+    (the format contract's ``verify`` calls this with ``options.level``).
 
-    >>> verify("model.aero", level="control").ok
-    True
+    Example::
+
+        verify_file("model.aero", level="control").ok
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")

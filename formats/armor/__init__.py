@@ -5,8 +5,10 @@ pyrage does the cryptography on the *binary* age stream; this module does the ar
 strict canonical base64) because pyrage's own armoring measured at about half the speed
 (256 MiB, best of 3, 2 busy cores: 232 vs 441 MB/s encrypt, 246 vs 414 MB/s decrypt).
 
->>> encrypt_file("state.wtxt", "state.wtxt.age", ["age1..."])
->>> decrypt_file("state.wtxt.age", "state.wtxt", "age.key")
+Example::
+
+    encrypt_file("state.wtxt", "state.wtxt.age", ["age1..."])
+    decrypt_file("state.wtxt.age", "state.wtxt", "age.key")
 
 Layers, each usable alone: :class:`ArmorEncoder` / :class:`ArmorDecoder` are sans-IO (bytes in,
 bytes out, typed errors naming the line); ``encrypt_io`` / ``decrypt_io`` stream file objects;

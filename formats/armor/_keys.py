@@ -8,7 +8,7 @@ from typing import Iterator
 import pyrage
 
 from ..errors import KeyMaterialError
-from ..keys import _read_small
+from ..keys import read_key_file
 from ._codec import is_armored
 
 
@@ -38,7 +38,7 @@ def parse_recipient(text: str):
 
 def _key_lines(path, what: str, data: bytes | None = None) -> Iterator[tuple[int, str]]:
     """Numbered lines of a small key file, without blanks and ``#`` comments."""
-    data = _read_small(path, what) if data is None else data
+    data = read_key_file(path, what) if data is None else data
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -67,10 +67,12 @@ def load_identities(path: str | os.PathLike) -> list:
     """Identities from an age identity file (``AGE-SECRET-KEY-1...`` lines, ``#`` comments) or
     an unencrypted OpenSSH private key (ed25519 or rsa). Errors name the line, never the key.
 
-    >>> load_identities("age.key")
-    [<pyrage.x25519.Identity ...>]
+    Example::
+
+        load_identities("age.key")
+        # -> [<pyrage.x25519.Identity ...>]
     """
-    data = _read_small(path, "identity")
+    data = read_key_file(path, "identity")
     if is_armored(data):
         raise KeyMaterialError(f"{path}: passphrase-protected identity files are not supported")
     if data.lstrip().startswith(b"-----BEGIN"):

@@ -132,8 +132,10 @@ def encrypt_io(reader: BinaryIO, writer: BinaryIO, recipients: Sequence[str] = (
     ``recipients``: ``age1...`` strings and ``ssh-ed25519 ...`` lines; or ``passphrase`` alone
     (held in memory, see the module docstring). ``progress`` receives input byte counts.
 
-    >>> with open("w.wtxt", "rb") as src, open("w.wtxt.age", "wb") as dst:
-    ...     encrypt_io(src, dst, ["age1..."])
+    Example::
+
+        with open("w.wtxt", "rb") as src, open("w.wtxt.age", "wb") as dst:
+            encrypt_io(src, dst, ["age1..."])
     """
     if passphrase is not None:
         _check_passphrase(passphrase, recipients)
@@ -163,8 +165,10 @@ def decrypt_io(reader: BinaryIO, writer: BinaryIO, identities: Sequence = (), *,
     or a damaged payload; ``name`` labels the input in messages. ``writer`` may already hold
     part of the plaintext when an error is raised: :func:`decrypt_file` hides it atomically.
 
-    >>> with open("w.wtxt.age", "rb") as src, open("w.wtxt", "wb") as dst:
-    ...     decrypt_io(src, dst, load_identities("age.key"))
+    Example::
+
+        with open("w.wtxt.age", "rb") as src, open("w.wtxt", "wb") as dst:
+            decrypt_io(src, dst, load_identities("age.key"))
     """
     if passphrase is not None:
         _check_passphrase(passphrase, identities)
@@ -272,7 +276,9 @@ def encrypt_file(src, dst, recipients: Sequence[str] = (), *, passphrase: str | 
                  progress: Progress | None = None) -> None:
     """Encrypt file ``src`` to armored ``dst`` (``-``: stdin/stdout); ``dst`` appears atomically.
 
-    >>> encrypt_file("w.wtxt", "w.wtxt.age", ["age1...", "ssh-ed25519 AAAA... me@host"])
+    Example::
+
+        encrypt_file("w.wtxt", "w.wtxt.age", ["age1...", "ssh-ed25519 AAAA... me@host"])
     """
     if passphrase is None:
         _recipient_keys(recipients)  # fail on a bad recipient before touching any file
@@ -286,7 +292,9 @@ def decrypt_file(src, dst, identity_path=None, *, passphrase: str | None = None,
     (one path or several) or a passphrase. ``dst`` appears atomically with mode 0600, and only
     if the whole payload authenticates.
 
-    >>> decrypt_file("w.wtxt.age", "w.wtxt", "age.key")
+    Example::
+
+        decrypt_file("w.wtxt.age", "w.wtxt", "age.key")
     """
     if isinstance(identity_path, (str, os.PathLike)):
         identity_path = [identity_path]

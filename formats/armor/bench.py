@@ -76,8 +76,10 @@ def bench_armor(size_bytes: int, *, repeat: int = 1,
     The ciphertext goes through a temporary file in ``folder``; the plaintext is generated and
     discarded on the fly, so the memory figure is what the pipeline itself holds.
 
-    >>> bench_armor(256 * 2**20)["encrypt_mb_s"]
-    402.3
+    Example::
+
+        bench_armor(256 * 2**20)["encrypt_mb_s"]
+        # -> 402.3
     """
     identity = pyrage.x25519.Identity.generate()
     recipient = str(identity.to_public())

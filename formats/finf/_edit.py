@@ -125,8 +125,10 @@ def update_tree(path: str | os.PathLike, changes: Changes, *, rewrite: str = "au
                 reserve: int = S.DEFAULT_RESERVE, limits: S.Limits = S.DEFAULT_LIMITS) -> dict:
     """Edit the tree of ``path``; see the module doc for in-place versus atomic rewrite.
 
-    >>> update_tree("m.finf", {"step": 1200})["mode"]
-    'in_place'
+    Example::
+
+        update_tree("m.finf", {"step": 1200})["mode"]
+        # -> 'in_place'
     """
     if rewrite not in ("auto", "never", "always"):
         raise DataError(f"rewrite must be 'auto', 'never' or 'always', got {rewrite!r}")

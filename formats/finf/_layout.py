@@ -33,6 +33,7 @@ class Plan:
     pad: int                        # unused bytes between the tree and the first block
     blocks: tuple[BlockSlot, ...]
     size: int
+    sha256: str | None = None       # of the written file, once written
 
 
 def align_up(value: int, align: int) -> int:
@@ -43,9 +44,11 @@ def plan_layout(tree_len: int, used: list[int], *, align: int = S.DEFAULT_ALIGN,
                 reserve: int = S.DEFAULT_RESERVE) -> Plan:
     """Offsets for a tree of ``tree_len`` bytes followed by blocks of ``used`` bytes each.
 
-    >>> p = plan_layout(100, [10, 20], align=64, reserve=0)
-    >>> [b.data_offset % 64 for b in p.blocks], p.blocks[0].allocated
-    ([0, 0], 64)
+    Example::
+
+        p = plan_layout(100, [10, 20], align=64, reserve=0)
+        [b.data_offset % 64 for b in p.blocks], p.blocks[0].allocated
+        # -> ([0, 0], 64)
     """
     if align < 1 or align & (align - 1):
         raise DataError(f"align must be a power of two, got {align}")

@@ -90,8 +90,10 @@ def tree_meta(root: Root) -> dict:
 class FinfFile(ArrayMapping):
     """An open FINF file: ``names``, ``f[name]`` (a read-only view), ``meta()``, ``blocks``.
 
-    >>> with FinfFile("model.finf") as f:
-    ...     w = f["layer.0.weight"]
+    Example::
+
+        with FinfFile("model.finf") as f:
+            w = f["layer.0.weight"]
     """
 
     def __init__(self, path: str | os.PathLike, *, limits: S.Limits = S.DEFAULT_LIMITS) -> None:
@@ -185,6 +187,10 @@ class FinfFile(ArrayMapping):
     @property
     def names(self) -> list[str]:
         return list(self.refs)
+
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        ref = self.refs[name]
+        return ref.np_dtype.newbyteorder("="), tuple(ref.shape)
 
     def array(self, name: str) -> np.ndarray:
         """Array ``name``: a read-only view on the map for raw little-endian blocks."""

@@ -9,6 +9,7 @@ earlier blocks are being written (hashlib releases the GIL).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..model import Snapshot, as_numpy, le_contiguous
 from . import _spec as S
@@ -75,7 +76,8 @@ def finf_chunks(plan: Plan, tree: bytes, payloads: list[Payload],
 def write_file(path: str | os.PathLike, root: Root | None, payloads: list[Payload], *,
                checksum: bool = False, align: int = S.DEFAULT_ALIGN,
                reserve: int = S.DEFAULT_RESERVE, workers: int | None = None) -> Plan:
-    """Write header, tree (None: no tree) and blocks to ``path`` atomically; returns the plan."""
+    """Write header, tree (None: no tree) and blocks to ``path`` atomically; returns the plan
+    (``plan.sha256``: the file's SHA-256, computed while writing)."""
     tree = encode_tree(root) if root is not None else b""
     plan = plan_layout(len(tree), [p.size for p in payloads], align=align, reserve=reserve)
     with ThreadPoolExecutor(max_workers=workers or default_workers(),
@@ -89,14 +91,14 @@ def write_file(path: str | os.PathLike, root: Root | None, payloads: list[Payloa
             else:
                 sums.append(0)
         try:
-            with atomic_write(path) as handle:
+            with atomic_write_digest(path, stable=True) as handle:   # blocks stay as they are
                 for chunk in finf_chunks(plan, tree, payloads, sums):
                     handle.write(chunk)
         finally:
             for s in sums:
                 if isinstance(s, Future):
                     s.cancel()
-    return plan
+    return dataclasses.replace(plan, sha256=handle.hexdigest())
 
 
 def _plain_meta(meta: Any) -> dict:
@@ -145,4 +147,4 @@ def save(snapshot: Snapshot, path: str | os.PathLike, *, compression: str | None
     return {"path": os.fspath(path), "arrays": len(payloads), "blocks": len(plan.blocks),
             "file_bytes": plan.size, "tree_bytes": plan.tree_len, "unused_after_tree": plan.pad,
             "zstd_blocks": sum(p.encoding == S.ENCODING_ZSTD for p in payloads),
-            "checksums": checksum}
+            "checksums": checksum, "sha256": plan.sha256}

@@ -414,8 +414,10 @@ _DUMP_OPTS = dict(Dumper=FinfDumper, version=(1, 1), tags={"!": S.TAG_PREFIX}, s
 def dump_tree(root: Root) -> str:
     """The tree text, ``%YAML 1.1`` through ``...`` and its newline.
 
-    >>> dump_tree(Root({"meta": {}}))[:40]
-    '%YAML 1.1\\n%TAG ! tag:stsci.edu:finf/0.1.0/'
+    Example::
+
+        dump_tree(Root({"meta": {}}))[:40]
+        # -> '%YAML 1.1\\n%TAG ! tag:stsci.edu:finf/0.1.0/'
     """
     try:
         return yaml.dump(root, explicit_start=True, explicit_end=True, **_DUMP_OPTS)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..model import Snapshot
-from . import open_lazy, save, update_tree, verify
+from . import FinfFile, open_lazy, save, update_tree, verify
 
 
 def make_state(size_bytes: int, arrays: int = 64, seed: int = 0) -> Snapshot:
@@ -87,8 +87,10 @@ def bench_finf(size_bytes: int = 1 << 30, workdir: str | os.PathLike | None = No
 
     GB/s are 10**9 bytes of array data per second; times are milliseconds.
 
-    >>> bench_finf(64 << 20, "/tmp")["write_gbps_no_checksum"] > 0
-    True
+    Example::
+
+        bench_finf(64 << 20, "/tmp")["write_gbps_no_checksum"] > 0
+        # -> True
     """
     state = make_state(size_bytes, arrays)
     small = make_state(arrays * 1024, arrays)
@@ -107,7 +109,7 @@ def bench_finf(size_bytes: int = 1 << 30, workdir: str | os.PathLike | None = No
         verify_s = time.perf_counter() - t0
         if not report.ok:
             raise RuntimeError(f"benchmark file failed verification: {report.failure}")
-        with open_lazy(big_path) as f:
+        with FinfFile(big_path) as f:
             tree_bytes = f.sections.tree_end - f.sections.tree_start
     return {
         "format": "finf", "size_bytes": nbytes, "arrays": arrays, "repeats": repeats,

@@ -36,8 +36,10 @@ def explode(path: str | os.PathLike, folder: str | os.PathLike, *,
             limits: S.Limits = S.DEFAULT_LIMITS) -> dict:
     """Write ``path`` in exploded form into ``folder``; returns the files written.
 
-    >>> explode("m.finf", "parts")["blocks"]
-    ['m0000.finf', 'm0001.finf']
+    Example::
+
+        explode("m.finf", "parts")["blocks"]
+        # -> ['m0000.finf', 'm0001.finf']
     """
     source = Path(path)
     out = Path(folder)
@@ -68,8 +70,10 @@ def implode(tree_file: str | os.PathLike, out: str | os.PathLike, *,
             limits: S.Limits = S.DEFAULT_LIMITS) -> dict:
     """Gather an exploded tree and its block files into one FINF file ``out`` (atomically).
 
-    >>> implode("parts/m.finf", "m2.finf")["blocks"]
-    2
+    Example::
+
+        implode("parts/m.finf", "m2.finf")["blocks"]
+        # -> 2
     """
     payloads: list[Payload] = []
     with FinfFile(tree_file, limits=limits) as f:

@@ -58,12 +58,14 @@ def _verify_file(f: FinfFile, report: Report, workers: int | None, seen: set[str
                             "array")
 
 
-def verify(path: str | os.PathLike, *, workers: int | None = None,
-           limits: S.Limits = S.DEFAULT_LIMITS) -> Report:
-    """Check structure, extents, checksums and encodings; ``report.ok`` tells the outcome.
+def verify_file(path: str | os.PathLike, *, workers: int | None = None,
+                limits: S.Limits = S.DEFAULT_LIMITS) -> Report:
+    """Check structure, extents, checksums and encodings; ``report.ok`` tells the outcome
+    (the format contract's ``verify`` calls this).
 
-    >>> verify("model.finf").ok
-    True
+    Example::
+
+        verify_file("model.finf", limits=Limits(max_nodes=1000)).ok
     """
     name = os.fspath(path)
     report = Report(path=name, format="finf")

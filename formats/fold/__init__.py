@@ -11,87 +11,115 @@ snapops stores arrays without pickle (see ``_arrays``: NDAR chunks of raw little
 described by ``metadata.snapops``); it reads the peer's TSAV (torch, ``weights_only=True``) and
 NPZ0 (``allow_pickle=False``) chunks too.
 
->>> save({"w": np.ones((2, 3), np.float32)}, "w.fold", ecc="rs(32)")["chunks"]
+>>> save({"w": np.ones((2, 3), np.float32)}, "w.fold", ecc="rs(32)").details["chunks"]
 1
 >>> load("w.fold")["w"].sum()
-6.0
+np.float32(6.0)
 >>> verify("w.fold").ok
 True
 """
 
 from __future__ import annotations
 
-import os
+import io
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..model import Snapshot
-from ..registry import FormatHandler
-from ._layout import MAGIC, MAX_CHUNK_SIZE, MAX_INDEX_SIZE, Limits
+from ..contract import Capabilities, SaveOptions, SnapshotFormat, VerifyOptions, WriteResult
+from ..dtypes import DTYPES
+from ..model import ArrayMapping, Snapshot
+from ..report import Report
+from . import _arrays as A
+from ._layout import CHUNK_HEADER_LEN, HEADER_LEN, MAGIC, MAX_CHUNK_SIZE, MAX_INDEX_SIZE, Limits
 from ._read import FoldFile
 from ._write import Options, plan, write_fold
-from ._write import save as _save
-from .verify import inspect, verify
+from ._write import save as save_file
+from .verify import verify_file
 
-__all__ = ["save", "load", "loads", "dumps", "open_lazy", "verify", "inspect", "sniff",
-           "HANDLER", "FoldFile", "Limits", "MAX_CHUNK_SIZE", "MAX_INDEX_SIZE"]
+__all__ = ["FORMAT", "Fold", "FoldOptions", "save", "load", "loads", "dumps", "open_lazy",
+           "verify", "inspect", "FoldFile", "Limits", "MAX_CHUNK_SIZE", "MAX_INDEX_SIZE"]
 
 
-def save(snapshot: Snapshot | Mapping[str, Any], path: str | os.PathLike, *,
-         compression: str = "zstd", level: int = 3, ecc: str | int | None = "none",
-         segment: int | None = None, workers: int | None = None,
-         created_at: float | None = None, limits: Limits | None = None) -> dict:
-    """Write ``snapshot`` to ``path`` atomically; returns a summary (chunks, sizes).
+@dataclass(frozen=True)
+class FoldOptions(SaveOptions):
+    """FOLD writer options.
 
     ``compression``: ``"zstd"`` (at ``level``) or ``"none"``. ``ecc``: ``"none"``, ``"rs(N)"``
     or a preset ``"low"``/``"med"``/``"high"`` (rs(16)/rs(32)/rs(64)). Arrays are split into
     chunks of ``segment`` bytes (16 MiB). ``created_at`` (the index's ``created_at_unix``)
     defaults to ``$SOURCE_DATE_EPOCH`` or 0, so equal input gives equal bytes.
-
-    >>> save({"w": np.zeros(4)}, "w.fold", ecc="med")["ecc_bytes"]
-    32
     """
-    extra = {} if segment is None else {"segment": segment}
-    return _save(snapshot, path, compression=compression, level=level, ecc=ecc,
-                 workers=workers, created_at=created_at, limits=limits, **extra)
+
+    compression: str = "zstd"
+    level: int = 3
+    ecc: str | int | None = "none"
+    segment: int = A.SEGMENT
+    workers: int | None = None
+    created_at: float | None = None
 
 
-def load(path: str | os.PathLike, *, trusted: bool = False, workers: int | None = None,
-         use_mmap: bool = True, limits: Limits | None = None) -> Snapshot:
-    """Read every array, checking each chunk it reads (ECC, CRC32C, SHA-256, sizes).
+class Fold(SnapshotFormat):
+    name = "fold"
+    title = "FOLD"
+    suffixes = (".fold", ".mind")
+    capabilities = Capabilities(
+        native_dtypes=frozenset(DTYPES), any_dtype=True, chunk_index=True,
+        integrity=frozenset({"structure", "data", "metadata"}))
+    options_type = FoldOptions
 
-    Chunks are read through a read-only mmap, or with ``use_mmap=False`` by ``preadv`` into
-    reused per-thread buffers.
+    def sniff(self, head: bytes) -> bool:
+        return head[:8] == MAGIC
 
-    Peer files: ``torch_state`` (TSAV) arrays keep their state_dict keys and need torch;
-    ``trusted=True`` lets ``torch.load`` run without ``weights_only`` (only for files you trust).
-    NPZ0 arrays are named ``<chunk>/<key>``. Arrays are writable copies.
+    def _save(self, snapshot: Snapshot, path: str, options: FoldOptions) -> WriteResult:
+        done = save_file(snapshot, path, **_writer_fields(options))
+        return self.result(path, snapshot, done["file_bytes"], done["sha256"], done)
 
-    >>> load("w.fold").sorted_names()
-    ['w']
-    """
-    with FoldFile.open(path, trusted=trusted, workers=workers, use_mmap=use_mmap,
-                       **({"limits": limits} if limits else {})) as f:
-        return f.load()
+    def _load(self, path: str, options: VerifyOptions) -> Snapshot:
+        with FoldFile.open(path, workers=options.workers) as f:
+            return f.load()
+
+    def _open(self, path: str) -> tuple[ArrayMapping, dict]:
+        f = FoldFile.open(path)
+        return f, f.meta()
+
+    def _verify(self, path: str, options: VerifyOptions) -> Report:
+        return verify_file(path, workers=options.workers)
+
+    def _inspect(self, path: str) -> dict:
+        """Header, index, array table and chunk list as plain data; reads no chunk payload."""
+        with FoldFile.open(path) as f:
+            meta = {k: v for k, v in f.index.metadata.items() if k != "snapops"}
+            return {
+                "file_size": f.size, "kind": "mind" if f.is_mind else "fold",
+                "version": f.index.version, "created_at_unix": f.index.created_at,
+                "header": {"header_len": HEADER_LEN, "index_off": f.header.index_off,
+                           "index_len": f.header.index_len},
+                "layout": A.LAYOUT if f.specs or "snapops" in f.index.metadata else "peer",
+                "arrays": [{"name": s.name, "chunks": list(s.chunks)} for s in f.specs],
+                "meta": dict(f.snap_meta), "metadata": meta,
+                "chunks": [{**c.to_json(), "header_len": CHUNK_HEADER_LEN} for c in f.chunks],
+            }
 
 
-def open_lazy(path: str | os.PathLike, *, trusted: bool = False,
-              use_mmap: bool = True) -> FoldFile:
-    """Map the file and parse its index only; ``f[name]`` reads and checks one array's chunks
-    (a writable copy), ``f.read_chunk(name)`` one chunk's payload, ``f.events`` ECC repairs.
+def _writer_fields(options: FoldOptions) -> dict[str, Any]:
+    return {"compression": options.compression, "level": options.level, "ecc": options.ecc,
+            "segment": options.segment, "workers": options.workers,
+            "created_at": options.created_at}
 
-    >>> with open_lazy("w.fold") as f:
-    ...     f.names, f["w"].dtype, f.read_chunk("w")[:4]
-    (['w'], dtype('float64'), b'\\x00\\x00\\x00\\x00')
-    """
-    return FoldFile.open(path, trusted=trusted, use_mmap=use_mmap)
+
+FORMAT = Fold()
+save, load, open_lazy, verify, inspect = (FORMAT.save, FORMAT.load, FORMAT.open_lazy,
+                                          FORMAT.verify, FORMAT.inspect)
 
 
 def dumps(snapshot: Snapshot | Mapping[str, Any], **kw: Any) -> bytes:
-    """The bytes ``save`` would write (same options), built in memory."""
-    import io
+    """The bytes ``save`` would write (writer options, plus ``limits``), built in memory.
 
+    >>> dumps({"w": np.zeros(2)})[:8]
+    b'FOLDv1\\x00\\x00'
+    """
     opts = Options.build(**kw)
-    pieces, metadata = plan(Snapshot.coerce(snapshot), opts)
+    pieces, metadata = plan(FORMAT.stored_snapshot(snapshot, FORMAT.options()), opts)
     buf = io.BytesIO()
     write_fold(buf, pieces, metadata, opts)
     return buf.getvalue()
@@ -99,15 +127,12 @@ def dumps(snapshot: Snapshot | Mapping[str, Any], **kw: Any) -> bytes:
 
 def loads(data: bytes, *, trusted: bool = False, workers: int | None = 1,
           limits: Limits | None = None) -> Snapshot:
-    """``load`` from bytes already in memory."""
+    """``load`` from bytes already in memory (``trusted=True`` lets peer TSAV chunks unpickle
+    without ``weights_only``: only for files you trust).
+
+    >>> loads(dumps({"w": np.zeros(2)}))["w"].tolist()
+    [0.0, 0.0]
+    """
     with FoldFile(data, trusted=trusted, workers=workers,
                   **({"limits": limits} if limits else {})) as f:
         return f.load()
-
-
-def sniff(head: bytes) -> bool:
-    return head[:8] == MAGIC
-
-
-HANDLER = FormatHandler(name="fold", suffixes=(".fold", ".mind"), sniff=sniff, load=load,
-                        save=save, verify=verify, inspect=inspect)

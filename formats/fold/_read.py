@@ -79,9 +79,11 @@ class FoldFile(ArrayMapping):
 
     ``FoldFile.open(path, use_mmap=...)`` opens a file; ``FoldFile(data)`` parses bytes.
 
-    >>> with FoldFile.open("model.fold", use_mmap=True) as f:
-    ...     f.names, f["w"].shape
-    (['w'], (2, 3))
+    Example::
+
+        with FoldFile.open("model.fold", use_mmap=True) as f:
+            f.names, f["w"].shape
+        # -> (['w'], (2, 3))
     """
 
     def __init__(self, source, *, path: str | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -254,6 +256,11 @@ class FoldFile(ArrayMapping):
     def meta(self) -> dict:
         self._peer_arrays()
         return {**self.snap_meta, **self._foreign_meta}
+
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        if name in self._spec:
+            return self._spec[name].dtype, tuple(self._spec[name].shape)
+        return super().spec(name)
 
     def array(self, name: str) -> np.ndarray:
         """One array, reading only its chunks (a writable copy, independent of the map)."""

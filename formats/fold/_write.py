@@ -20,7 +20,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 import zstandard
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..integrity import crc32c
 from ..model import Snapshot
@@ -201,12 +201,15 @@ def _with_offset(entry: ChunkEntry, offset: int) -> ChunkEntry:
 
 
 def save(snapshot: Snapshot, path: str | os.PathLike, **kw) -> dict:
+    """Write atomically; the summary includes the file's SHA-256. The header (index offset and
+    length) is only known once every chunk is compressed, so it is patched last and the
+    digest costs one read of the fresh file from the page cache."""
     opts = Options.build(**kw)
     snapshot = Snapshot.coerce(snapshot)
     pieces, metadata = plan(snapshot, opts)
-    with atomic_write(path) as handle:
+    with atomic_write_digest(path, seekable=True) as handle:
         entries = write_fold(handle, pieces, metadata, opts, fsync=True)
-        size = handle.tell()
     return {"arrays": len(snapshot.arrays), "chunks": len(entries),
             "raw_bytes": snapshot.nbytes, "stored_bytes": sum(e.comp_len for e in entries),
-            "ecc_bytes": sum(e.ecc_len for e in entries), "file_bytes": size}
+            "ecc_bytes": sum(e.ecc_len for e in entries), "file_bytes": handle.size,
+            "sha256": handle.hexdigest()}

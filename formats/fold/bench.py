@@ -1,8 +1,10 @@
 """FOLD throughput for ``snapops bench formats`` (a measurement, never a test assertion).
 
->>> r = bench_fold(64 << 20, "/tmp")
->>> sorted(r)[:3]
-['cpu_seconds', 'ecc_backend', 'file_bytes']
+Example::
+
+    r = bench_fold(64 << 20, "/tmp")
+    sorted(r)[:3]
+    # -> ['cpu_seconds', 'ecc_backend', 'file_bytes']
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _ecc
-from . import load, save, verify
+from . import FoldFile, load, save, verify
 
 
 def bench_fold(size_bytes: int, workdir: str | os.PathLike | None = None, *,
@@ -35,12 +37,13 @@ def bench_fold(size_bytes: int, workdir: str | os.PathLike | None = None, *,
         path = Path(tmp) / "bench.fold"
         with measure() as w:
             info = save(state, path, level=3, workers=workers)
-        out["file_bytes"] = info["file_bytes"]
+        out["file_bytes"] = info.size
         with measure() as r:
             loaded = load(path, workers=workers)
         del loaded
         with measure() as rp:
-            loaded = load(path, workers=workers, use_mmap=False)
+            with FoldFile.open(path, workers=workers, use_mmap=False) as f:
+                loaded = f.load()
         del loaded
         with measure() as v:
             report = verify(path, workers=workers)

@@ -1,4 +1,5 @@
-"""``verify`` and ``inspect`` for FOLD: every chunk checked, ECC repairs reported, no raising."""
+"""``verify_file`` for FOLD: every chunk checked, ECC repairs reported, no raising (the format
+contract's ``verify`` calls it)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,22 @@ from pathlib import Path
 from ..errors import FormatError
 from ..report import Report
 from . import _arrays as A
-from ._layout import CHUNK_HEADER_LEN, HEADER_LEN, ChunkEntry, Limits, decode_json
+from ._layout import ChunkEntry, Limits, decode_json
 from ._read import FoldFile
 
 STRUCTURE_CHECKS = ("header", "index", "extents", "chunk_hashes", "manifest_hash", "arrays")
 CHUNK_CHECKS = ("chunk_header", "ecc", "crc32c", "chunk_sha256", "decompress")
 
 
-def verify(path: str | os.PathLike, *, limits: Limits | None = None,
-           workers: int | None = None, use_mmap: bool = True) -> Report:
+def verify_file(path: str | os.PathLike, *, limits: Limits | None = None,
+                workers: int | None = None, use_mmap: bool = True) -> Report:
     """Check the whole file: header, index, hashes, extents, then every chunk (ECC, CRC32C,
     SHA-256, decompression, JSON and NPZ0 contents). ECC repairs and unusable ECC regions are
     listed in ``notes`` and ``details["ecc"]``; the file itself is never modified.
 
-    >>> verify("model.fold").ok
-    True
+    Example::
+
+        verify_file("model.fold", use_mmap=False).ok
     """
     name = os.fspath(path)
     report = Report(path=name, format="fold")
@@ -63,26 +65,3 @@ def _verify_chunk(f: FoldFile, entry: ChunkEntry) -> None:
                      f._where(entry))
     else:
         f.read_into(entry, None)
-
-
-def inspect(path: str | os.PathLike) -> dict:
-    """Header, index, array table and chunk list as plain data; reads no chunk payload.
-
-    >>> inspect("model.mind")["kind"]
-    'mind'
-    """
-    with FoldFile.open(path) as f:
-        meta = {k: v for k, v in f.index.metadata.items() if k != "snapops"}
-        return {
-            "format": "fold", "path": f.path, "file_size": f.size,
-            "kind": "mind" if f.is_mind else "fold", "version": f.index.version,
-            "created_at_unix": f.index.created_at,
-            "header": {"header_len": HEADER_LEN, "index_off": f.header.index_off,
-                       "index_len": f.header.index_len},
-            "layout": A.LAYOUT if f.specs or "snapops" in f.index.metadata else "peer",
-            "arrays": [{"name": s.name, "dtype": s.dtype.str, "shape": list(s.shape),
-                        "chunks": list(s.chunks)} for s in f.specs],
-            "meta": dict(f.snap_meta),
-            "metadata": meta,
-            "chunks": [{**c.to_json(), "header_len": CHUNK_HEADER_LEN} for c in f.chunks],
-        }

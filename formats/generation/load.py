@@ -2,25 +2,26 @@
 global arrays. Verifies the generation first unless told not to, so what comes back is exactly
 what was sealed, bit for bit, with its dtype, or nothing.
 
->>> snap = load_from_source(FolderSource("repo"), "run1")
->>> snap["blocks.0.attn.in_proj_bias"].dtype.name, snap.meta["gen"]
-('bfloat16', 12)
+Example::
+
+    snap = load_from_source(FolderSource("repo"), "run1")
+    snap["blocks.0.attn.in_proj_bias"].dtype.name, snap.meta["gen"]
+    # -> ('bfloat16', 12)
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from snapops.formats.dtypes import numpy_dtype
 from snapops.formats.errors import FormatError
 from snapops.formats.model import Snapshot
-from snapops.formats.registry import HANDLER_MODULES
+from snapops.formats.registry import handler
 
-from .dtypes import numpy_dtype
 from .manifest import ArrayRecord, Manifest
 from .source import Source
 from .verify import AGE_SUFFIX, GenerationOptions, read_manifest, run_folder, verify_generation
@@ -88,8 +89,7 @@ def _plain(source: Source, path: str, wsum: str | None, identity, tmp: Path):
 
 
 def _load_shard(local: Path, fmt: str) -> dict[str, np.ndarray]:
-    module = importlib.import_module(HANDLER_MODULES[fmt])
-    return dict(module.load(str(local)).arrays)
+    return dict(handler(fmt).load(str(local)).arrays)
 
 
 def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],

@@ -9,14 +9,14 @@ way (their first bytes are no format's magic).
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+from snapops.formats.contract import VerifyOptions
+from snapops.formats.dtypes import dtype_name
 from snapops.formats.errors import FormatError
-from snapops.formats.registry import HANDLER_MODULES, SNIFF_BYTES, all_handlers, handler
+from snapops.formats.registry import SNIFF_BYTES, all_handlers, handler
 from snapops.formats.report import Report
 
-from .dtypes import dtype_name
 from .manifest import Manifest, ShardRecord
 
 AGE_SUFFIX = ".age"
@@ -64,12 +64,13 @@ def _declared(path: str, shard: ShardRecord):
 
 
 def _format_verify(local: Path, path: str, declared, options, wsum: Path | None) -> Report:
-    if declared.name == "wtxt":
-        opts = {"hmac_key": options.hmac_key, "trusted_keys": options.trusted_keys,
-                "wsum": str(wsum) if wsum else None}
-    else:
-        opts = {}
-    report = declared.verify(str(local), **opts)
+    """The shard format's own full verification, with the keys it can use."""
+    caps = declared.capabilities
+    keys = {"hmac_key": options.hmac_key, "trusted_keys": _as_tuple(options.trusted_keys)} \
+        if caps.can_sign else {}
+    if caps.streams_text and wsum is not None:
+        keys["wsum"] = str(wsum)
+    report = declared.verify(str(local), VerifyOptions(**keys))
     if not report.ok:
         failure = report.failure
         failure.path = path
@@ -81,15 +82,16 @@ def _format_verify(local: Path, path: str, declared, options, wsum: Path | None)
     return report
 
 
+def _as_tuple(keys) -> tuple:
+    if not keys:
+        return ()
+    return tuple(keys) if isinstance(keys, (list, tuple)) else (keys,)
+
+
 def describe_arrays(local: Path, declared) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """name -> (dtype name, shape) of every array in the file, without decoding WTXT bodies."""
-    lazy = importlib.import_module(HANDLER_MODULES[declared.name]).open_lazy(str(local))
-    try:
-        if hasattr(lazy, "infos"):  # WTXT: from the arr lines
-            return {n: (i.line.dtype, tuple(i.line.shape)) for n, i in lazy.infos.items()}
-        return {n: (dtype_name(lazy[n].dtype), tuple(lazy[n].shape)) for n in lazy}
-    finally:
-        lazy.close()
+    """name -> (logical dtype name, shape) of every array in the file, without reading data."""
+    with declared.open_lazy(str(local)) as lazy:
+        return {n: (dtype_name(lazy.spec(n)[0]), tuple(lazy.spec(n)[1])) for n in lazy.names}
 
 
 def check_arrays(local: Path, path: str, manifest: Manifest, shard: ShardRecord, declared) -> None:
@@ -100,7 +102,7 @@ def check_arrays(local: Path, path: str, manifest: Manifest, shard: ShardRecord,
         for part in array.parts:
             if part.shard == shard.path:
                 extent = tuple(hi - lo for lo, hi in part.box)
-                wanted[part.key] = (array.stored or array.dtype, extent, array.name)
+                wanted[part.key] = (array.dtype, extent, array.name)
     for key, (dtype, shape, name) in wanted.items():
         got = found.get(key)
         if got is None or got != (dtype, shape):

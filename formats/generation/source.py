@@ -7,9 +7,11 @@ path is untrusted: :func:`safe_relpath` rejects absolute paths, ``..``, ``.git``
 anything that is not a plain relative POSIX path before a single byte is read or written, and a
 git source materialises blobs only inside its scratch folder, only after checking their size.
 
->>> src = FolderSource("repo")
->>> sorted(src.entries("snapshots/run1"))
-['snapshots/run1/MANIFEST', 'snapshots/run1/shards/0000.wtxt']
+Example::
+
+    src = FolderSource("repo")
+    sorted(src.entries("snapshots/run1"))
+    # -> ['snapshots/run1/MANIFEST', 'snapshots/run1/shards/0000.wtxt']
 """
 
 from __future__ import annotations

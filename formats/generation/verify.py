@@ -15,9 +15,11 @@ restore all call :func:`verify_generation`. In order, it checks:
 6. the ledger: ``ledger/<run>.ledger`` chains and its last line seals this MANIFEST.
 The first failure is reported as a FormatError naming file, line and check.
 
->>> report = verify_generation(FolderSource("repo"), "run1", GenerationOptions(trusted_keys="keys/"))
->>> report.ok, report.details["gen"]
-(True, 12)
+Example::
+
+    report = verify_generation(FolderSource("repo"), "run1", GenerationOptions(trusted_keys="keys/"))
+    report.ok, report.details["gen"]
+    # -> (True, 12)
 """
 
 from __future__ import annotations

@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.dtypes import DTYPES, dtype_name, unsigned_for
 from snapops.formats.errors import DataError, FormatError
 from snapops.formats.model import Snapshot
+from snapops.formats.contract import WriteResult
 from snapops.formats.registry import handler
 
-from .dtypes import dtype_name, same_width_unsigned
 from .manifest import (
     ArrayRecord, FileRecord, Header, Manifest, Part, Prev, ShardRecord, gen_text, parse_manifest,
     valid_run,
@@ -42,20 +43,6 @@ log = logging.getLogger("snapops.generation")
 
 EXTENSIONS = {"wtxt": ".wtxt", "fold": ".fold", "aero": ".aero", "pycauset": ".pycauset",
               "finf": ".finf"}
-# dtypes each shard format stores as they are; anything else is stored as the same-width
-# unsigned integer and the MANIFEST records the logical dtype
-NATIVE = {
-    "wtxt": {"f64", "f32", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"},
-    "finf": {"f64", "f32", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"},
-    "fold": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8",
-             "bool", "c64", "c128"},
-    "aero": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8",
-             "bool"},
-    "pycauset": {"f64", "f32", "f16", "bf16", "i64", "u64", "i32", "u32", "i16", "u16", "i8",
-                 "u8", "bool", "c64", "c128"},
-}
-
-
 @dataclass(frozen=True)
 class GenerationSpec:
     """How a run's generations are written (the daemon builds this from its config)."""
@@ -90,16 +77,15 @@ def write_generation(root: Path, spec: GenerationSpec, gen: int, ts: str,
         raise DataError(f"format {spec.format!r}: expected one of {', '.join(EXTENSIONS)}")
     base = parse_manifest(previous, "previous MANIFEST") if previous else None
     folder = root / "snapshots" / spec.run
-    keys = _shard_keys(arrays, spec.format)
-    stored = {n: _stored(a, spec.format) for n, a in arrays.items()}
+    caps = handler(spec.format).capabilities
     manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format),
                         Prev(base.header.gen, _digest(previous)) if base else Prev())
-    plans = plan_shards(stored, spec.shard_max, EXTENSIONS[spec.format])
+    plans = plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format])
     suffix = AGE_SUFFIX if spec.recipients else ""
     changed: list[str] = []
     dense: list[str] = []
     for plan in plans:
-        data = {keys[p.name]: piece_array(stored, p) for p in plan.pieces}
+        data = {p.name: piece_array(arrays, p) for p in plan.pieces}
         path = plan.path + suffix
         record, files, share = _shard(folder, path, data, gen, ts, spec, base)
         manifest.shards.append(record)
@@ -108,7 +94,7 @@ def write_generation(root: Path, spec: GenerationSpec, gen: int, ts: str,
             changed += [f"snapshots/{spec.run}/{p}" for p in [path, *(f.path for f in files)]]
             if share > 0.5:
                 dense.append(f"snapshots/{spec.run}/{path}")
-    manifest.arrays = _array_records(arrays, stored, keys, plans, suffix)
+    manifest.arrays = _array_records(arrays, caps, plans, suffix)
     changed += _remove_stale(folder, spec.run, base, manifest)
     sealed = seal_manifest(manifest, spec.sign_key, spec.hmac_key)
     text = sealed.render()
@@ -118,33 +104,6 @@ def write_generation(root: Path, spec: GenerationSpec, gen: int, ts: str,
 
 def _digest(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
-
-
-def _stored(array: np.ndarray, fmt: str) -> np.ndarray:
-    """The array as the shard format will hold it (a same-width uint view for foreign dtypes)."""
-    name = dtype_name(array.dtype)
-    if name in NATIVE[fmt]:
-        return array
-    if name.startswith("c"):
-        raise DataError(f"{fmt} cannot keep {name} arrays; use fold or pycauset")
-    return np.ascontiguousarray(array).view(same_width_unsigned(array.dtype))
-
-
-def _shard_keys(arrays: dict[str, np.ndarray], fmt: str) -> dict[str, str]:
-    """Each array's name inside its shard. WTXT allows ``[A-Za-z0-9_]+`` only: dots become
-    ``__``, other characters ``_``, clashes get a numeric suffix; the MANIFEST keeps both."""
-    if fmt != "wtxt":
-        return {n: n for n in arrays}
-    keys, used = {}, set()
-    for name in sorted(arrays, key=lambda n: n.encode("utf-8", "surrogatepass")):
-        key = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
-                      for c in name.replace(".", "__")) or "_"
-        candidate, n = key, 1
-        while candidate in used:
-            candidate, n = f"{key}_{n}", n + 1
-        keys[name] = candidate
-        used.add(candidate)
-    return keys
 
 
 def _shard(folder: Path, path: str, data: dict[str, np.ndarray], gen: int, ts: str,
@@ -165,13 +124,14 @@ def _write_shard(folder: Path, path: str, data, gen: int, ts: str, spec: Generat
     target.parent.mkdir(parents=True, exist_ok=True)
     fresh = target.with_name(f".{target.name}.new")
     nbytes = sum(a.nbytes for a in data.values())
-    streaming = spec.format == "wtxt" and nbytes > spec.streaming_threshold
-    merkle = _save(fresh, data, gen, ts, spec, prior, streaming)
-    share = _changed_share(target, fresh) if spec.format == "wtxt" and target.exists() else 1.0
+    text = handler(spec.format).capabilities.streams_text  # WTXT: WSUM, DELTA, chunk shares
+    streaming = text and nbytes > spec.streaming_threshold
+    written = _save(fresh, data, gen, ts, spec, prior, streaming)
+    share = _changed_share(target, fresh) if text and target.exists() else 1.0
     companions = _companions(target, fresh, spec, streaming)
     os.replace(fresh, target)
-    record = ShardRecord(path, spec.format, target.stat().st_size, file_sha256(target), gen,
-                         content, merkle)
+    record = ShardRecord(path, spec.format, written.size, written.sha256, gen, content,
+                         written.merkle_this)
     if spec.recipients:
         record, companions = _armor(target, record, companions, spec.recipients)
     files = [FileRecord(_rel(folder, p), role, path, p.stat().st_size, file_sha256(p))
@@ -180,16 +140,15 @@ def _write_shard(folder: Path, path: str, data, gen: int, ts: str, spec: Generat
 
 
 def _save(fresh: Path, data, gen: int, ts: str, spec: GenerationSpec, prior,
-          streaming: bool) -> str | None:
-    """Write the shard file; WTXT shards chain ``merkle_prev`` on their own path."""
-    if spec.format != "wtxt":
-        handler(spec.format).save(Snapshot(data), fresh)
-        return None
-    merkle_prev = prior.merkle_this if prior and prior.merkle_this else None
-    result = handler("wtxt").save(Snapshot(data), fresh, gen=gen, ts=ts, build=spec.build,
-                                  **spec.wtxt, hmac_key=spec.hmac_key, sign_key=spec.sign_key,
-                                  streaming=streaming, merkle_prev=merkle_prev)
-    return result.merkle_this
+          streaming: bool) -> WriteResult:
+    """Write the shard file; WTXT shards are sealed and chain ``merkle_prev`` on their path."""
+    fmt = handler(spec.format)
+    options = {"gen": gen, "ts": ts, "build": spec.build}
+    if fmt.capabilities.can_sign:
+        merkle_prev = prior.merkle_this if prior and prior.merkle_this else None
+        options.update(spec.wtxt, hmac_key=spec.hmac_key, sign_key=spec.sign_key,
+                       streaming=streaming, merkle_prev=merkle_prev)
+    return fmt.save(Snapshot(data), fresh, **options)
 
 
 def _companions(target: Path, fresh: Path, spec: GenerationSpec,
@@ -247,18 +206,24 @@ def _changed_share(old: Path, new: Path) -> float:
     return sum(a != b for a, b in pairs) / len(pairs) if pairs else 0.0
 
 
-def _array_records(arrays, stored, keys, plans, suffix: str) -> list[ArrayRecord]:
-    records = []
+def _array_records(arrays, caps, plans, suffix: str) -> list[ArrayRecord]:
+    """Every array under its original name, with its logical dtype, the dtype the shard format
+    stores it as (when it differs), its statistics and where its parts are."""
     where: dict[str, list[Part]] = {}
     for plan in plans:
-        path = plan.path + suffix
         for piece in plan.pieces:
-            where.setdefault(piece.name, []).append(Part(path, keys[piece.name], piece.box))
+            where.setdefault(piece.name, []).append(Part(plan.path + suffix, piece.name,
+                                                         piece.box))
+    records = []
     for name in sorted(arrays, key=lambda n: n.encode("utf-8", "surrogatepass")):
-        logical, kept = dtype_name(arrays[name].dtype), dtype_name(stored[name].dtype)
-        records.append(ArrayRecord(name, logical, tuple(arrays[name].shape),
-                                   kept if kept != logical else None, array_stats(arrays[name]),
-                                   tuple(where[name])))
+        array = arrays[name]
+        logical = dtype_name(array.dtype)
+        if logical not in DTYPES:
+            raise DataError(f"array {name!r}: dtype {logical} cannot be part of a generation "
+                            f"(supported: {', '.join(DTYPES)})")
+        stored = None if caps.stores(logical) else unsigned_for(array.dtype)
+        records.append(ArrayRecord(name, logical, tuple(array.shape), stored,
+                                   array_stats(array), tuple(where[name])))
     return records
 
 

@@ -10,10 +10,11 @@ vector (``payload_layout.kind = "raw_dense"``), so the peer loads it; anything e
 snapops' own ``snapops.arrays/v1`` layout (see ``_layout``). ``Snapshot.meta`` is stored in the
 ``provenance`` namespace. Readers ignore unknown keys.
 
->>> save({"w": np.eye(3, dtype=np.float32)}, "w.pycauset")["layout"]
+>>> save({"w": np.eye(3, dtype=np.float32)}, "w.pycauset").details["layout"]
 'raw_dense'
 >>> with open_lazy("w.pycauset") as f:
-...     w = f["w"]                          # read-only view on the mmap
+...     f["w"].flags.writeable                 # a read-only view on the mmap
+False
 >>> update_metadata("w.pycauset", {"provenance": {"verified": True}})["generation"]
 2
 >>> verify("w.pycauset").ok
@@ -23,61 +24,82 @@ True
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..model import Snapshot
-from ..registry import FormatHandler
+from ..contract import Capabilities, SaveOptions, SnapshotFormat, VerifyOptions, WriteResult
+from ..dtypes import dtype_name
+from ..model import ArrayMapping, Snapshot
+from ..report import Report
 from . import _spec as S
+from ._inspect import inspect_container
 from ._read import PycausetFile, parse_container
 from ._update import merge_patch
 from ._update import update_metadata as _update_metadata
-from ._write import save as _save
-from .verify import inspect, verify
+from ._write import save as save_file
+from .verify import verify_file
 
-__all__ = ["save", "load", "open_lazy", "verify", "inspect", "update_metadata", "sniff",
-           "HANDLER", "PycausetFile", "parse_container", "merge_patch"]
+__all__ = ["FORMAT", "Pycauset", "PycausetOptions", "save", "load", "open_lazy", "verify",
+           "inspect", "update_metadata", "PycausetFile", "parse_container", "merge_patch"]
 
 
-def save(snapshot: Snapshot | Mapping[str, Any], path: str | os.PathLike, **opts: Any) -> dict:
-    """Write ``snapshot`` to ``path`` atomically; returns a summary (layout, offsets, size).
+@dataclass(frozen=True)
+class PycausetOptions(SaveOptions):
+    """PyCauset writer options.
 
-    Options: ``layout`` (``"auto"``: the peer's raw_dense for one 1-D/2-D array of a peer
-    dtype, else ``snapops.arrays/v1``; ``"arrays"``; ``"raw_dense"``), ``payload_uuid``
-    (None: derived from the content via the CRCs, so equal input gives equal bytes, or random
-    when ``checksum=False``; ``"random"``; or a fixed UUID), ``checksum`` (record each
-    array's CRC-32C, default True).
-
-    >>> save({"a": np.zeros(3), "b": np.ones((2, 2))}, "s.pycauset")["layout"]
-    'snapops.arrays/v1'
+    ``layout``: ``"auto"`` (the peer's raw_dense for one 1-D/2-D array of a peer dtype, else
+    ``snapops.arrays/v1``), ``"arrays"`` or ``"raw_dense"``. ``payload_uuid``: None (derived
+    from the content via the CRCs, so equal input gives equal bytes, or random when
+    ``checksum=False``), ``"random"``, or a fixed UUID. ``checksum``: record each array's
+    CRC-32C (default True).
     """
-    return _save(snapshot, path, **opts)
+
+    layout: str = "auto"
+    payload_uuid: Any = None
+    checksum: bool = True
 
 
-def open_lazy(path: str | os.PathLike) -> PycausetFile:
-    """Open without reading the payload: ``.names``, ``f[name]`` (a zero-copy view), ``.meta``.
+class Pycauset(SnapshotFormat):
+    name = "pycauset"
+    title = "PyCauset"
+    suffixes = (".pycauset",)
+    capabilities = Capabilities(
+        native_dtypes=frozenset(dtype_name(d) for d in S.ARRAY_DTYPES.values()), mmap=True,
+        integrity=frozenset({"structure", "data", "metadata"}))
+    options_type = PycausetOptions
 
-    >>> with open_lazy("s.pycauset") as f:
-    ...     f.names
-    ['a', 'b']
-    """
-    return PycausetFile(path)
+    def sniff(self, head: bytes) -> bool:
+        return head[:8] == S.MAGIC
+
+    def _save(self, snapshot: Snapshot, path: str, options: PycausetOptions) -> WriteResult:
+        done = save_file(snapshot, path, layout=options.layout,
+                         payload_uuid=options.payload_uuid, checksum=options.checksum)
+        return self.result(path, snapshot, done["file_size"], done["sha256"], done)
+
+    def _load(self, path: str, options: VerifyOptions) -> Snapshot:
+        """Arrays are read-only views on one mmap; payload CRCs are checked by ``verify``."""
+        f = PycausetFile(path)
+        try:
+            arrays = {name: f.array(name) for name in f.names}
+            meta = f.container.snapshot_meta()
+        finally:
+            f.close()       # the map lives on while the arrays refer to it
+        return Snapshot(arrays, meta)
+
+    def _open(self, path: str) -> tuple[ArrayMapping, dict]:
+        f = PycausetFile(path)
+        return f, f.container.snapshot_meta()
+
+    def _verify(self, path: str, options: VerifyOptions) -> Report:
+        return verify_file(path)
+
+    def _inspect(self, path: str) -> dict:
+        return inspect_container(path)
 
 
-def load(path: str | os.PathLike) -> Snapshot:
-    """The file as a Snapshot whose arrays are read-only views on one mmap.
-
-    ``meta`` is the ``provenance`` map. Payload CRCs are not checked here (``verify`` does).
-
-    >>> load("s.pycauset").sorted_names()
-    ['a', 'b']
-    """
-    f = PycausetFile(path)
-    try:
-        arrays = {name: f.array(name) for name in f.names}
-        meta = f.container.snapshot_meta()
-    finally:
-        f.close()       # the map lives on while the arrays refer to it
-    return Snapshot(arrays, meta)
+FORMAT = Pycauset()
+save, load, open_lazy, verify, inspect = (FORMAT.save, FORMAT.load, FORMAT.open_lazy,
+                                          FORMAT.verify, FORMAT.inspect)
 
 
 def update_metadata(path: str | os.PathLike, changes: Mapping[str, Any], **io: Any) -> dict:
@@ -88,15 +110,8 @@ def update_metadata(path: str | os.PathLike, changes: Mapping[str, Any], **io: A
     payload_layout, payload_uuid, view) are refused. Snapshot metadata lives under
     ``provenance``. Returns the new slot's name and generation.
 
+    >>> _ = save({"a": np.zeros(3), "b": np.ones((2, 2))}, "s.pycauset")
     >>> update_metadata("s.pycauset", {"provenance": {"pushed": "origin/main"}})["slot"]
     'B'
     """
     return _update_metadata(path, changes, **io)
-
-
-def sniff(head: bytes) -> bool:
-    return head[:8] == S.MAGIC
-
-
-HANDLER = FormatHandler(name="pycauset", suffixes=(".pycauset",), sniff=sniff, load=load,
-                        save=save, verify=verify, inspect=inspect)

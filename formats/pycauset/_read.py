@@ -54,8 +54,10 @@ def read_metadata(buf, active: Slot, *, block_only: bool = False) -> tuple[dict,
 def parse_container(buf) -> Container:
     """Header, active slot, metadata and array entries of the container in ``buf``.
 
-    >>> parse_container(open("m.pycauset", "rb").read()).active.name
-    'A'
+    Example::
+
+        parse_container(open("m.pycauset", "rb").read()).active.name
+        # -> 'A'
     """
     check_preamble(buf)
     size = len(buf)
@@ -70,8 +72,10 @@ def parse_container(buf) -> Container:
 class PycausetFile(ArrayMapping):
     """An open container: header and metadata parsed, payload mapped but not read.
 
-    >>> with PycausetFile("m.pycauset") as f:
-    ...     w = f["matrix"]              # a read-only view on the mmap
+    Example::
+
+        with PycausetFile("m.pycauset") as f:
+            w = f["matrix"]              # a read-only view on the mmap
     """
 
     def __init__(self, path: str | os.PathLike) -> None:

@@ -1,10 +1,10 @@
 """Writing: follow the plan from ``_layout``, streaming the payload into an atomic file.
 
-Order: a zeroed 4096-byte header, the payload (straight from the arrays' memory, CRC-32C
-computed on the same pieces), the PCMB block at the next 16-byte boundary, then the real
-header: slot A generation 1 and slot B generation 0, both pointing at the same payload and
-block, as the peer writes a fresh file. The file appears under its name only when complete
-(temp file, fsync, rename).
+The CRC-32Cs are computed first (from the arrays' memory), so every byte is written once, in
+file order, and the file's SHA-256 is computed on the way: the header (slot A generation 1 and
+slot B generation 0, both pointing at the same payload and block, as the peer writes a fresh
+file), the payload (straight from the arrays' memory), then the PCMB block at the next 16-byte
+boundary. The file appears under its name only when complete (temp file, fsync, rename).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from ..atomic import atomic_write, writeback_starter
+from ..atomic import atomic_write_digest, writeback_starter
 from ..errors import DataError
 from ..integrity import crc32c
 from ..model import Snapshot
@@ -28,45 +28,46 @@ PIECE = 64 << 20            # bytes per write call (and per writeback hint)
 def save(snapshot: Snapshot, path: str | os.PathLike, *, layout: str = "auto",
          payload_uuid: Any = None, checksum: bool = True,
          writeback: Callable[[int, int, int], None] | None = None) -> dict:
-    """Write ``snapshot`` as a PyCauset v1 container; returns a short summary."""
+    """Write ``snapshot`` as a PyCauset v1 container; returns a short summary with the file's
+    SHA-256."""
     plan = plan_layout(snapshot, layout)
     encode_metadata(plan.metadata(None, "0" * 32))     # refuse bad meta before any I/O
     writeback = writeback if writeback is not None else writeback_starter()
     payload_offset = S.HEADER_BYTES
-    with atomic_write(path) as f:
-        f.write(bytes(S.HEADER_BYTES))
-        crcs = []
+    crcs = [_crc(buf) for buf in plan.buffers] if checksum else None
+    metadata = encode_metadata(plan.metadata(crcs, payload_uuid))
+    if len(metadata) > S.MAX_METADATA_PAYLOAD:
+        raise DataError(f"metadata encodes to {len(metadata)} bytes; the limit is "
+                        f"{S.MAX_METADATA_PAYLOAD}")
+    metadata_offset = S.align(payload_offset + plan.payload_length, S.METADATA_ALIGN)
+    pointers = (payload_offset, plan.payload_length, metadata_offset,
+                S.BLOCK_HEADER_SIZE + len(metadata))
+    with atomic_write_digest(path, stable=True) as f:     # views of the arrays, fresh bytes
+        f.write(pack_header(Slot("A", 1, *pointers), Slot("B", 0, *pointers)))
         for entry, buf in zip(plan.entries, plan.buffers):
             _pad_to(f, payload_offset + entry.offset)
-            crcs.append(_write_piecewise(f, buf, checksum, writeback))
-        metadata = encode_metadata(plan.metadata(crcs if checksum else None, payload_uuid))
-        if len(metadata) > S.MAX_METADATA_PAYLOAD:
-            raise DataError(f"metadata encodes to {len(metadata)} bytes; the limit is "
-                            f"{S.MAX_METADATA_PAYLOAD}")
-        metadata_offset = S.align(payload_offset + plan.payload_length, S.METADATA_ALIGN)
+            _write_piecewise(f, buf, writeback)
         _pad_to(f, metadata_offset)
         f.write(pack_block(metadata))
-        pointers = (payload_offset, plan.payload_length, metadata_offset,
-                    S.BLOCK_HEADER_SIZE + len(metadata))
-        f.seek(0)
-        f.write(pack_header(Slot("A", 1, *pointers), Slot("B", 0, *pointers)))
-        size = metadata_offset + S.BLOCK_HEADER_SIZE + len(metadata)
-    return {"layout": plan.kind, "arrays": len(plan.entries), "file_size": size,
+    return {"layout": plan.kind, "arrays": len(plan.entries), "file_size": f.size,
             "payload_offset": payload_offset, "payload_length": plan.payload_length,
-            "metadata_offset": metadata_offset}
+            "metadata_offset": metadata_offset, "sha256": f.hexdigest()}
 
 
-def _write_piecewise(f, buf: memoryview, checksum: bool, writeback) -> int | None:
+def _crc(buf: memoryview) -> int:
     crc = 0
+    for start in range(0, len(buf), PIECE):
+        crc = crc32c(buf[start:start + PIECE], crc)
+    return crc
+
+
+def _write_piecewise(f, buf: memoryview, writeback) -> None:
     for start in range(0, len(buf), PIECE):
         piece = buf[start:start + PIECE]
         f.write(piece)
-        if checksum:
-            crc = crc32c(piece, crc)
         if writeback is not None and len(piece) == PIECE:
             f.flush()
             writeback(f.fileno(), f.tell() - PIECE, PIECE)
-    return crc if checksum else None
 
 
 def _pad_to(f, offset: int) -> None:

@@ -52,8 +52,9 @@ def bench_pycauset(size_bytes: int = 1 << 30, workdir: str | os.PathLike | None 
 
     GB/s are 10**9 payload bytes per second; times are milliseconds.
 
-    >>> bench_pycauset(64 << 20, "/tmp")["update_ms"]["big"]["best"] < 5
-    True
+    Example::
+
+        bench_pycauset(64 << 20, "/tmp")["update_ms"]["big"]["best"]   # ~1 ms
     """
     state = make_state(size_bytes)
     nbytes = state.nbytes

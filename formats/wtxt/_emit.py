@@ -162,8 +162,8 @@ def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, t
         fx = pool.submit(fastxor_of, arrays)
         lines = arr_lines(arrays, key, gen, pool)
         total = pool.submit(hash_all, arrays, lines)
-        if not seekable and not opts.streaming:
-            total.result()
+        if not seekable and not opts.streaming:     # the root line cannot be patched later
+            total.result(), fx.result()
         head = [MAGIC.decode(), meta.line(), "cap ext=" + ",".join(caps)]
         root_at = len("\n".join(head)) + 1
         if opts.streaming:

@@ -25,7 +25,7 @@ from ._grammar import (
 )
 from ._index import FileIndex, IndexedArray, open_index
 from ._reader import MappedLineReader
-from .verify import verify
+from .verify import verify_file
 
 DELTA_MAGIC = re.compile(rb"WTXT-DELTA 2 base_sha256_all=([0-9a-f]{64})")
 SHA_AT = len("ch ix=000000 off=000000000000 len=")
@@ -70,7 +70,7 @@ def _check_compatible(base: FileIndex, target: FileIndex) -> None:
 
 
 def _require_valid(path: str, what: str, **keys) -> None:
-    report = verify(path, **keys)
+    report = verify_file(path, **keys)
     if not report.ok:
         raise FormatError(f"{what} does not verify: {report.failure}", path=path,
                           check=report.failure.check) from report.failure
@@ -259,7 +259,7 @@ def apply_delta(base: str | os.PathLike, delta: str | os.PathLike, out: str | os
         dmap, bmap = reader._view, _map(bf)
 
         def check_result(tmp) -> None:
-            report = verify(tmp, **verify_keys)
+            report = verify_file(tmp, **verify_keys)
             if not report.ok:
                 raise FormatError(f"delta result does not verify: {report.failure}",
                                   path=os.fspath(out), check=report.failure.check)

@@ -8,6 +8,7 @@ import hmac as _hmac
 import mmap
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
@@ -22,7 +23,6 @@ from ._parse import (
     read_sign, verify_array_mac,
 )
 from ._plan import body_len
-from ._prepare import unmap_name
 from ._reader import LineReader, MappedLineReader
 
 
@@ -53,15 +53,22 @@ def _open(path):
         raise FormatError(path=os.fspath(path), expected="a readable file", got=exc.strerror) from exc
 
 
-def read_header(path: str | os.PathLike) -> HeaderInfo:
-    """Parse only the header lines (cheap; no content checks)."""
-    with _open(path) as f:
-        reader = LineReader(f, max_line=MAX_LINE)
-        try:
-            header = _read_header(reader)
-            read_sign(reader, header)
-        except FormatError as exc:
-            raise exc.located(os.fspath(path))
+def read_header(source: str | os.PathLike | BinaryIO) -> HeaderInfo:
+    """Parse only the header lines of a file or an open binary stream (cheap; no content
+    checks)."""
+    if hasattr(source, "read"):
+        return _header_of(source, "<stream>")
+    with _open(source) as f:
+        return _header_of(f, os.fspath(source))
+
+
+def _header_of(stream: BinaryIO, name: str) -> HeaderInfo:
+    reader = LineReader(stream, max_line=MAX_LINE)
+    try:
+        header = _read_header(reader)
+        read_sign(reader, header)
+    except FormatError as exc:
+        raise exc.located(name)
     return header_info(header)
 
 
@@ -97,12 +104,17 @@ def new_buffer(nbytes: int) -> np.ndarray:
 
 
 def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
-         unmap_names: bool = False, threads: int = 2) -> Snapshot:
-    """Read every array, checking everything ``verify`` checks (keys optional).
+         require_signature: bool = False, require_hmac: bool = False,
+         threads: int = 2) -> Snapshot:
+    """Read every array under its stored name, checking everything ``verify`` checks (keys
+    optional); ``meta`` holds the header values and the audit line. The format contract
+    (``snapops.formats.wtxt.load``) maps names and dtypes back from the audit records.
 
-    >>> snap = load("state.wtxt"); snap["w"].dtype
-    dtype('float32')
+    Example::
+
+        snap = load("state.wtxt", hmac_key="keys/hmac.key", require_hmac=True)
     """
+    from .verify import hmac_requirement
     from .wsum import wsum_path
 
     name = os.fspath(path)
@@ -114,13 +126,13 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
         size = os.fstat(f.fileno()).st_size
         try:
             result = parse_stream(f, checks, sink=_array_sink(arrays, lambda: size),
-                                  threads=threads)
+                                  require_signature=require_signature, threads=threads)
+            unmet = hmac_requirement(result, checks, require_hmac)
+            if unmet is not None:
+                raise unmet
         except FormatError as exc:
             raise exc.located(name)
-    out = {}
-    for key, (buf, arr) in arrays.items():
-        value = buf.view(arr.np_dtype).reshape(arr.shape)
-        out[unmap_name(key) if unmap_names else key] = value
+    out = {key: buf.view(arr.np_dtype).reshape(arr.shape) for key, (buf, arr) in arrays.items()}
     meta = header_info(result.header).__dict__ | {"audit": result.audit, "format": "wtxt"}
     if result.root is not None:
         meta.update(sha256_all=result.root.sha256_all, merkle_prev=result.root.merkle_prev,
@@ -132,8 +144,10 @@ class LazyWtxt(ArrayMapping):
     """Index of a WTXT file; ``lazy[name]`` decodes one array (chunk and array hashes checked,
     HMAC too with a key). The root hash needs every array: use ``verify`` for that.
 
-    >>> with open_lazy("state.wtxt") as lazy:
-    ...     emb = lazy["emb"]
+    Example::
+
+        with open_lazy("state.wtxt") as lazy:
+            emb = lazy["emb"]
     """
 
     def __init__(self, path: str | os.PathLike, *, hmac_key=None) -> None:
@@ -152,7 +166,12 @@ class LazyWtxt(ArrayMapping):
 
     def _scan(self) -> tuple[Header, dict[str, ArrayInfo]]:
         index = index_file(self._file, self.path)
+        self.audit = index.audit[len(b"audit "):].decode("ascii") if index.audit else None
         return index.header, {a.name: a.info for a in index.arrays}
+
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        line = self.infos[name].line
+        return line.np_dtype, tuple(line.shape)
 
     @property
     def names(self) -> list[str]:

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import FormatError, SnapopsError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..report import Report
-from ._parse import Checks, parse_stream
+from ._parse import Checks, ParseResult, parse_stream
 from .wsum import wsum_path
 
 CHECKS = ["grammar", "signature", "parity", "base64", "crc32c", "chunk_sha256", "array_sha256",
           "hmac", "cap", "sha256_all", "merkle", "fastxor"]
 
 
-def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
-           require_hmac: bool = False, require_signature: bool = False, wsum=None,
-           threads: int = 2) -> Report:
-    """Check a WTXT file fully; never raises for bad content (see ``report.failure``).
+def verify_file(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
+                require_hmac: bool = False, require_signature: bool = False, wsum=None,
+                threads: int = 2) -> Report:
+    """Check a WTXT file fully; never raises for bad content (see ``report.failure``). The
+    format contract (``snapops.formats.wtxt.verify``) calls this with its VerifyOptions.
 
-    >>> report = verify("x.wtxt", hmac_key="hmac.key", trusted_keys=["keys/"],
-    ...                 require_signature=True)
-    >>> report.ok, report.failure
+    Example::
+
+        report = verify_file("x.wtxt", hmac_key="hmac.key", trusted_keys=["keys/"],
+                             require_signature=True)
+        report.ok, report.failure
     """
     name = os.fspath(path)
     try:
@@ -38,7 +42,7 @@ def verify(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
 def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
                   require_hmac: bool = False, require_signature: bool = False, wsum=None,
                   wsum_default: str | None = None, threads: int = 2) -> Report:
-    """``verify`` for an open binary stream (a file, a pipe, a decrypting reader)."""
+    """``verify_file`` for an open binary stream (a file, a pipe, a decrypting reader)."""
     report = Report(path=name, format="wtxt")
     try:
         checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys),
@@ -52,7 +56,7 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
         return report.fail(FormatError(expected="a readable file", got=exc.strerror, check="io"))
     except SnapopsError as exc:  # bad key files and the like
         return report.fail(FormatError(str(exc), check="keys"))
-    report.notes.extend(result.notes)
+    report.notes.extend(fold_notes(result.notes))
     report.arrays = len(result.arrays)
     report.raw_bytes = sum(a.line.nbytes for a in result.arrays)
     report.checks = list(CHECKS) + (["wsum"] if result.header.pending else [])
@@ -61,11 +65,45 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
         "sha256_all": result.root.sha256_all, "merkle_this": result.root.merkle_this,
         "keyid": result.header.keyid, "streaming": result.header.pending,
     }
+    unmet = hmac_requirement(result, checks, require_hmac)
+    return report.fail(unmet) if unmet is not None else report
+
+
+_PER_ARRAY = re.compile(r"array (\S+): (unauthenticated \(hmac=0\)|hmac not checked \(no key "
+                        r"given\))")
+
+
+def fold_notes(notes: list[str]) -> list[str]:
+    """One line per kind of per-array note ("3 arrays unauthenticated (hmac=0): a, b, c").
+
+    >>> fold_notes(["unsigned: no sign line", "array a: unauthenticated (hmac=0)",
+    ...             "array b: unauthenticated (hmac=0)"])
+    ['unsigned: no sign line', '2 arrays unauthenticated (hmac=0): a, b']
+    """
+    out: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        match = _PER_ARRAY.fullmatch(note)
+        if match is None:
+            out.append(note)
+        else:
+            groups.setdefault(match.group(2), []).append(match.group(1))
+    for what, names in groups.items():
+        shown = ", ".join(names[:8]) + (f", ... {len(names) - 8} more" if len(names) > 8 else "")
+        out.append(f"{len(names)} array{'s' if len(names) > 1 else ''} {what}: {shown}")
+    return out
+
+
+def hmac_requirement(result: ParseResult, checks: Checks,
+                     require_hmac: bool) -> FormatError | None:
+    """The failure ``require_hmac`` demands (no key, or an unauthenticated array), or None."""
+    if not require_hmac:
+        return None
+    if checks.hmac_key is None:
+        return FormatError(check="hmac", expected="an HMAC key (--hmac-key)",
+                           got="no key given (--require-hmac)")
     unauth = [a.line.name for a in result.arrays if a.line.unauthenticated]
-    if require_hmac and checks.hmac_key is None:
-        return report.fail(FormatError(check="hmac", expected="an HMAC key (--hmac-key)",
-                                       got="no key given (--require-hmac)"))
-    if require_hmac and unauth:
-        return report.fail(FormatError(check="hmac", array=unauth[0],
-                                       expected="authenticated arrays", got="hmac=0"))
-    return report
+    if unauth:
+        return FormatError(check="hmac", array=unauth[0], expected="authenticated arrays",
+                           got="hmac=0")
+    return None

@@ -1,53 +1,95 @@
-"""Writing WTXT files: ``save`` (atomic, to a path) and ``write`` (to an open binary stream)."""
+"""Writing WTXT: ``save_stored`` (atomic, to a path) and ``write_stored`` (to a binary stream),
+both fed by the format contract (``snapops.formats.wtxt.save`` / ``write``).
+
+Bytes go out strictly in file order through a :class:`~snapops.formats.atomic.DigestingFile`,
+so the file's SHA-256 is computed while writing: the root line is known before the first chunk
+(``sha256_all`` is hashed from memory first) instead of being patched in at the end.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import BinaryIO, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
-from ..atomic import atomic_write, atomic_write_bytes
+from ..atomic import DigestingFile, atomic_write_bytes, atomic_write_digest
+from ..contract import SaveOptions, WriteResult
+from ..dtypes import DTYPE_META_KEY
 from ..keys import coerce_hmac_key, coerce_signing_key
 from ..model import Snapshot
-from ._emit import WriteResult, write_wtxt
-from ._prepare import WriteOptions, check_options, prepare_arrays
+from . import _emit
+from ._prepare import PreparedArray, WriteOptions, check_options, prepare_arrays
+from .logical import compose_audit, stored_names
 from .wsum import wsum_path
 
 
-def _options(options: dict) -> WriteOptions:
-    options = dict(options)
-    options["hmac_key"] = coerce_hmac_key(options.get("hmac_key"))
-    options["sign_key"] = coerce_signing_key(options.get("sign_key"))
+@dataclass(frozen=True)
+class WtxtOptions(SaveOptions):
+    """WTXT writer options (the WTXT flags of ``snapops convert``).
+
+    ``hmac_key``/``sign_key``: key bytes/objects or key files; ``audit``: the user's
+    ``key=value`` pairs (snapops adds its own ``snapops_*`` records after them).
+    """
+
+    gen: int = 0
+    ts: str | None = None
+    build: str = "unknown"
+    schema: str = "weights/v1"
+    host: str = "cpu"
+    cuda: str = "off"
+    merkle_prev: str | None = None
+    row_blocking: bool = False
+    rows_per_chunk: int | None = None
+    hmac_key: Any = None
+    sign_key: Any = None
+    streaming: bool = False
+    audit: str | None = None
+    threads: int = 2
+
+
+def prepare(snapshot: Snapshot, opts: WtxtOptions) -> tuple[list[PreparedArray], WriteOptions,
+                                                            str]:
+    """Canonical write inputs: names mapped, records in the audit line, options checked."""
+    mapping, names_record = stored_names(snapshot.arrays)
+    audit = compose_audit(opts.audit, names_record, snapshot.meta.get(DTYPE_META_KEY))
+    fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(WriteOptions)
+              if hasattr(opts, f.name)}
+    writer = WriteOptions(**{**fields, "audit": audit, "map_names": False,
+                             "hmac_key": coerce_hmac_key(opts.hmac_key),
+                             "sign_key": coerce_signing_key(opts.sign_key)})
+    ts = check_options(writer)
+    renamed = Snapshot({mapping[n]: a for n, a in snapshot.arrays.items()})
+    return prepare_arrays(renamed, writer), writer, ts
+
+
+def write_stored(snapshot: Snapshot, out: BinaryIO, opts: WtxtOptions) -> WriteResult:
+    """Write WTXT to an open binary stream, in order (nothing is patched afterwards)."""
+    arrays, writer, ts = prepare(snapshot, opts)
+    digesting = DigestingFile(out, stable=True)     # every chunk text is a fresh buffer
     try:
-        return WriteOptions(**options)
-    except TypeError as exc:
-        from ..errors import DataError
-
-        raise DataError(f"unknown WTXT option: {exc}") from None
-
-
-def write(snapshot: Snapshot | Mapping, out: BinaryIO, **options) -> WriteResult:
-    """Write WTXT to an open binary stream; returns root values (and WSUM bytes if streaming).
-
-    Seekable streams get the root line patched in place; others cost one extra hashing pass.
-    """
-    opts = _options(options)
-    ts = check_options(opts)
-    arrays = prepare_arrays(Snapshot.coerce(snapshot), opts)
-    return write_wtxt(out, arrays, opts, ts)
+        done = _emit.write_wtxt(digesting, arrays, writer, ts)
+        digesting.finish()
+    finally:
+        digesting.close()
+    return result_of(done, getattr(out, "name", "<stream>"), digesting)
 
 
-def save(snapshot: Snapshot | Mapping, path: str | os.PathLike, **options) -> WriteResult:
+def save_stored(snapshot: Snapshot, path: str | os.PathLike, opts: WtxtOptions) -> WriteResult:
     """Write a WTXT file atomically (temp file, fsync, rename); with ``streaming=True`` also
-    ``PATH.wsum``.
+    ``PATH.wsum``."""
+    arrays, writer, ts = prepare(snapshot, opts)
+    with atomic_write_digest(path, stable=True) as digesting:
+        done = _emit.write_wtxt(digesting, arrays, writer, ts)
+    if done.wsum is not None:
+        atomic_write_bytes(wsum_path(path), done.wsum)
+    return result_of(done, os.fspath(path), digesting)
 
-    >>> save({"w": np.eye(3, dtype=np.float32)}, "w.wtxt", gen=7, ts="2026-01-02T03:04:05Z",
-    ...      row_blocking=True, hmac_key="keys/hmac.key", sign_key="keys/signing.key")
-    """
-    opts = _options(options)
-    ts = check_options(opts)
-    arrays = prepare_arrays(Snapshot.coerce(snapshot), opts)
-    with atomic_write(path) as handle:
-        result = write_wtxt(handle, arrays, opts, ts)
-    if result.wsum is not None:
-        atomic_write_bytes(wsum_path(path), result.wsum)
-    return result
+
+def result_of(done: _emit.WriteResult, path: str, digesting: DigestingFile) -> WriteResult:
+    details = {k: getattr(done, k) for k in ("gen", "ts", "build", "merkle_prev", "fastxor",
+                                             "keyid", "wsum")}
+    return WriteResult(path=path, format="wtxt", size=digesting.size,
+                       sha256=digesting.hexdigest(), arrays=done.arrays,
+                       raw_bytes=done.raw_bytes, sha256_all=done.sha256_all,
+                       merkle_this=done.merkle_this, details=details)

@@ -1,8 +1,10 @@
 """Weight-diff review: ``snapops diff``, ``snapops textconv`` and the git diff drivers.
 
->>> report = diff_paths("gen1.wtxt", "gen2.wtxt")
->>> print(render_markdown(report))          # a pull-request comment
->>> plot_report(report, "diff.png")         # heatmap of changed row-blocks per array
+Example::
+
+    report = diff_paths("gen1.wtxt", "gen2.wtxt")
+    print(render_markdown(report))          # a pull-request comment
+    plot_report(report, "diff.png")         # heatmap of changed row-blocks per array
 
 For two WTXT files with the same chunk layout, unchanged chunks are recognised from the
 SHA-256 on their ch lines; only the chunks needed for the numbers are decoded. Review does not
@@ -33,8 +35,10 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, threads: int = 2,
                progress: Callable[[int], None] | None = None) -> DiffReport:
     """Compare two snapshot files of any supported formats.
 
-    >>> diff_paths("a.wtxt", "b.npz").counts()["changed"]
-    1
+    Example::
+
+        diff_paths("a.wtxt", "b.npz").counts()["changed"]
+        # -> 1
     """
     la, lb = labels or (os.fspath(a), os.fspath(b))
     with open_snapshot(a, rows_per_block=rows_per_block) as sa, \

@@ -47,8 +47,10 @@ def plot_report(report: DiffReport, path: str | os.PathLike, *, title: str | Non
                 dpi: int = 110) -> dict:
     """Write the heatmap PNG to ``path``; returns {"arrays": shown, "hidden": n, "path": ...}.
 
-    >>> plot_report(diff_paths("a.wtxt", "b.wtxt"), "diff.png")["arrays"]
-    3
+    Example::
+
+        plot_report(diff_paths("a.wtxt", "b.wtxt"), "diff.png")["arrays"]
+        # -> 3
     """
     import matplotlib
 

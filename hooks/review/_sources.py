@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import pybase64
 
-from snapops.formats.errors import DataError, FormatError
+from snapops.formats.errors import FormatError
 from snapops.formats.model import le_contiguous
 from snapops.formats.registry import detect
 
@@ -131,7 +131,7 @@ def open_snapshot(path: str | os.PathLike, *, rows_per_block: int | None = None
                   ) -> SnapshotSource:
     """Open any supported snapshot for review (``detect`` picks the format)."""
     handler = detect(path)
-    if handler.name == "wtxt":
+    if handler.capabilities.streams_text:
         return _open_wtxt(os.fspath(path), rows_per_block)
     return _open_generic(os.fspath(path), handler, rows_per_block)
 
@@ -316,8 +316,7 @@ def _decode_bodies(body: np.ndarray, length: int) -> np.ndarray:
 # --- every other format --------------------------------------------------------------------
 
 def _open_generic(path: str, handler, rows_per_block: int | None) -> SnapshotSource:
-    """Per-array lazy access where the format offers it (``open_lazy`` with ``names`` and
-    ``[name]``, npz members, safetensors tensors), else one ``load``."""
+    """Per-array lazy access through the format's ``open_lazy``."""
     getter, names, meta, close = _lazy_access(path, handler)
     source = SnapshotSource(handler.name, {k: _text(v) for k, v in meta.items()}, [])
     source.closers.append(close)
@@ -347,97 +346,11 @@ def _ndarray_source(name: str, dtype, shape, getter, rows_per_block) -> ArraySou
 
 
 def _lazy_access(path: str, handler):
-    if handler.name == "npz":
-        return _npz_access(path)
-    if handler.name == "safetensors":
-        return _safetensors_access(path)
-    opener = _lazy_opener(handler.name)
-    if opener is not None:
-        try:
-            lazy = opener(path)
-            names = list(lazy.names)
-        except (AttributeError, TypeError):   # an opener without names / [name]
-            lazy = None
-        if lazy is not None:
-            # dtype and shape from the index where the format exposes one (FOLD's specs);
-            # otherwise from the array itself (AERO hands out mmap views: no read)
-            shapes = {s.name: (s.dtype, s.shape) for s in getattr(lazy, "specs", ())}
-            for name in names:
-                if name not in shapes:
-                    array = lazy[name]
-                    shapes[name] = (array.dtype, array.shape)
-                    del array
-            meta = getattr(lazy, "meta", None)
-            meta = meta() if callable(meta) else meta
-            meta = meta if isinstance(meta, dict) else {}
-            return (lambda n: lazy[n]), shapes, meta, getattr(lazy, "close", lambda: None)
-    snap = handler.load(path)
-    shapes = {n: (a.dtype, a.shape) for n, a in snap.arrays.items()}
-    return (lambda n: snap.arrays[n]), shapes, dict(snap.meta), lambda: None
-
-
-def _lazy_opener(name: str):
-    import importlib
-
-    from snapops.formats.registry import HANDLER_MODULES
-
-    module = importlib.import_module(HANDLER_MODULES[name])
-    if name == "aeroset":
-        return None
-    return getattr(module, "open_lazy", None)
-
-
-def _npz_access(path: str):
-    import zipfile
-
-    try:
-        archive = np.load(path, allow_pickle=False)
-        shapes = {}
-        for key in archive.files:
-            with archive.zip.open(key + ".npy") as member:
-                fmt = np.lib.format
-                version = fmt.read_magic(member)
-                read_header = (fmt.read_array_header_1_0 if version == (1, 0)
-                               else fmt.read_array_header_2_0)
-                shape, _, dtype = read_header(member)
-            shapes[key] = (dtype, shape)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as exc:
-        raise FormatError("not a readable .npz archive", path=path, got=str(exc)) from exc
-
-    def get(name: str) -> np.ndarray:
-        try:
-            return archive[name]
-        except ValueError as exc:
-            raise FormatError("npz member needs pickle (object array); refused", path=path,
-                              array=name) from exc
-    return get, shapes, {}, archive.close
-
-
-def _safetensors_access(path: str):
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        handle = safe_open(path, framework="np")
-        names = list(handle.keys())
-        shapes = {}
-        for name in names:
-            piece = handle.get_slice(name)
-            shapes[name] = (_st_dtype(piece.get_dtype(), path, name), tuple(piece.get_shape()))
-        meta = handle.metadata() or {}
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
-        raise FormatError("not a readable .safetensors file", path=path, got=str(exc)) from exc
-    return handle.get_tensor, shapes, meta, lambda: None
-
-
-_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
-              "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
-              "BOOL": "?"}
-
-
-def _st_dtype(name: str, path: str, array: str) -> np.dtype:
-    if name not in _ST_DTYPES:
-        raise DataError(f"{path}: array {array!r}: dtype {name} has no numpy equivalent")
-    return np.dtype(_ST_DTYPES[name])
+    """The format's ``open_lazy``: names, dtypes and shapes from its index (no data read),
+    one array read on demand, with its logical dtype."""
+    lazy = handler.open_lazy(path)
+    shapes = {name: lazy.spec(name) for name in lazy.names}
+    return lazy.array, shapes, dict(lazy.meta), lazy.close
 
 
 def _text(value: Any) -> str:

@@ -25,12 +25,12 @@ def run_wtxt(size: int, workdir: str | None = None, row_blocking: bool = True,
             wtxt.save(state, path, gen=1, ts="2026-01-01T00:00:00Z", row_blocking=row_blocking,
                       threads=threads)
         with measure() as ver:
-            report = wtxt.verify(path, threads=threads)
+            report = wtxt.verify(path, workers=threads)
         with measure() as dec:
-            loaded = wtxt.load(path, threads=threads)
+            loaded = wtxt.load(path, workers=threads)
         del loaded
         with measure() as dec2:  # the allocator now has warm memory to reuse
-            loaded = wtxt.load(path, threads=threads)
+            loaded = wtxt.load(path, workers=threads)
         file_size = os.path.getsize(path)
     if not report.ok:
         raise RuntimeError(f"benchmark file failed verification: {report.failure}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 EXIT_OK = 0
@@ -37,15 +36,12 @@ def add_command(sub, name: str, *, help: str, description: str, example: str, fu
     return parser
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-          "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
-
-
 def parse_size(text: str) -> int:
-    """'256MiB' -> 268435456, '1.5GB' -> 1500000000, '4096' -> 4096."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 256MiB or 1GB)")
-    unit = (match.group(2) or "").lower().rstrip("b")
-    return int(float(match.group(1)) * _UNITS[unit])
+    """argparse type for sizes: '256MiB' -> 268435456, '32M' -> 32000000 (the config's
+    parser, :func:`snapops.config.sizes.parse_size`)."""
+    from snapops.config.sizes import parse_size as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -3,9 +3,11 @@
 Reads the dict ``run_status`` builds (the same one ``--json`` prints) and the WAL state; keys
 it does not know (in ``dropped`` or ``failures`` entries, say) are shown as ``key=value``.
 
->>> print(render_status(status, wal_state, ["origin"], now=time.time()))
-daemon: running (pid 4242, up 3 h 2 min, since 2026-05-01T10:00:00Z)
-...
+Example::
+
+    print(render_status(status, wal_state, ["origin"], now=time.time()))
+    # -> daemon: running (pid 4242, up 3 h 2 min, since 2026-05-01T10:00:00Z)
+    
 """
 
 from __future__ import annotations

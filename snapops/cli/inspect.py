@@ -1,41 +1,32 @@
-"""snapops inspect: header and per-array summary of a snapshot file."""
+"""snapops inspect: header and per-array summary of a snapshot file (any format)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from snapops.formats.errors import FormatError
+from snapops.formats.contract import render_inspect
 from snapops.formats.registry import detect
 
 from ._common import add_command
 
 
 def run(args) -> int:
-    chosen = detect(args.file)
-    if chosen.inspect is None:
-        raise FormatError(f"snapops cannot inspect {chosen.name} files", path=args.file)
-    info = chosen.inspect(args.file)
+    info = detect(args.file).inspect(args.file)
     if args.json:
         json.dump(info, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-        return 0
-    print(f"{info.get('path', args.file)}: {info.get('format', chosen.name)}")
-    for key, value in (info.get("header") or {}).items():
-        print(f"  {key}: {value}")
-    for array in info.get("arrays", []):
-        extras = " ".join(f"{k}={v}" for k, v in array.items()
-                          if k not in ("name", "dtype", "shape"))
-        shape = "x".join(str(d) for d in array.get("shape", [])) or "scalar"
-        print(f"  {array['name']}: {array.get('dtype')} [{shape}] {extras}")
+    else:
+        print(render_inspect(info))
     return 0
 
 
 def register(sub) -> None:
     p = add_command(
         sub, "inspect", help="show a snapshot's header and arrays",
-        description="Print the header values and, per array, dtype, shape, size, chunking and "
-                    "authentication, without decoding the data.",
+        description="Print the header values and, per array, dtype (spelled one way for every "
+                    "format: f32, bf16, i64, bool...), shape, size and the format's own "
+                    "columns (chunking, authentication, offsets), without decoding the data.",
         example="snapops inspect state.wtxt --json", func=run)
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="JSON on stdout")

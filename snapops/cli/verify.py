@@ -5,64 +5,20 @@ from __future__ import annotations
 import json
 import sys
 
-from snapops.formats.errors import FormatError, SnapopsError
-from snapops.formats.registry import detect
+from snapops.formats.contract import VerifyOptions
+from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
 from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
 
 
 def verify_one(path: str, args) -> Report:
-    from snapops.formats.armor import is_armored
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError as exc:
-        return Report(path=path, format="?").fail(
-            FormatError(expected="a readable file", got=exc.strerror, check="io", path=path))
-    if is_armored(head):
-        return verify_encrypted(path, args)
-    try:
-        chosen = detect(path)
-    except FormatError as exc:
-        return Report(path=path, format="?").fail(exc)
-    if chosen.verify is None:
-        return Report(path=path, format=chosen.name).fail(
-            FormatError(f"snapops cannot verify {chosen.name} files", check="format"))
-    options = {}
-    if chosen.name == "wtxt":
-        options = {"hmac_key": args.hmac_key, "trusted_keys": args.trusted_key,
-                   "require_hmac": args.require_hmac, "require_signature": args.require_signature,
-                   "wsum": args.wsum}
-    return chosen.verify(path, **options)
-
-
-def verify_encrypted(path: str, args) -> Report:
-    """Decrypt an age-armored snapshot into a private temporary folder, verify, clean up."""
-    import tempfile
-    from pathlib import Path
-
-    from snapops.formats.armor import decrypt_file
-
-    if not args.identity:
-        return Report(path=path, format="age").fail(FormatError(
-            "age-encrypted: give --identity FILE to decrypt and verify it", check="keys",
-            path=path))
-    with tempfile.TemporaryDirectory(prefix="snapops-verify-") as tmp:
-        plain = Path(tmp) / Path(path).name.removesuffix(".age")
-        try:
-            decrypt_file(path, plain, args.identity)
-        except SnapopsError as exc:
-            error = exc if isinstance(exc, FormatError) else FormatError(str(exc), check="decrypt")
-            return Report(path=path, format="age").fail(error)
-        inner = verify_one(str(plain), args)
-    inner.path = path
-    if inner.failure is not None:
-        inner.failure.path = path
-        inner.failure.args = (str(inner.failure),)
-    inner.notes.append("decrypted with --identity (age)")
-    return inner
+    """Verify one file with the options the flags give (the same for every format)."""
+    options = VerifyOptions(hmac_key=args.hmac_key, trusted_keys=tuple(args.trusted_key),
+                            require_signature=args.require_signature,
+                            require_hmac=args.require_hmac, wsum=args.wsum,
+                            identity=args.identity)
+    return verify_any(path, options)
 
 
 def run(args) -> int:
@@ -103,10 +59,12 @@ def run_ci(args) -> int:
 def register(sub) -> None:
     p = add_command(
         sub, "verify", help="verify snapshot files (exit 1 if any check fails)",
-        description="Check every hash, CRC, parity nibble, MAC and signature a file carries. "
-                    "The first failure is named by line, array, chunk and check. "
-                    "Unauthenticated arrays and a missing signature are reported as notes; "
-                    "they fail only with --require-hmac / --require-signature.",
+        description="Check every hash, CRC, parity nibble, MAC and signature a file carries "
+                    "(any format; age-armored files with --identity). The first failure is "
+                    "named by line, array, chunk and check. Unauthenticated arrays and a "
+                    "missing signature are reported as notes; they fail only with "
+                    "--require-hmac / --require-signature, which also fail for formats that "
+                    "cannot carry them (their generation's MANIFEST is what is sealed).",
         example="snapops verify snapshots/*.wtxt --hmac-key keys/hmac.key "
                 "--trusted-key keys/ --require-signature --json",
         func=run)

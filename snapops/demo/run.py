@@ -74,9 +74,11 @@ backoff_max = 5.0
     return config
 
 
-def train(work: Path, size: ModelSize, seconds: float, phase_steps: int, out) -> Training:
+def train(work: Path, size: ModelSize, seconds: float, phase_steps: int, out,
+          max_generations: int | None = None) -> Training:
     """Alternate phases of ``phase_steps`` steps without and with a snapshot request (one per
-    snapshot phase, right after its first step) until ``seconds`` have passed."""
+    snapshot phase, right after its first step) until ``seconds`` have passed (at most
+    ``max_generations`` requests; later snapshot phases are timed without one)."""
     from snapops.daemon.client import Snapshotter
 
     model, optimizer, batch = build_model(size)
@@ -85,9 +87,10 @@ def train(work: Path, size: ModelSize, seconds: float, phase_steps: int, out) ->
         "(f32 weights, bf16 embeddings)")
     result = Training()
     start, phase = time.monotonic(), 0
+    limit = max_generations if max_generations is not None else 1 << 62
     with Snapshotter(work / "spool", max_in_flight=2, policy="coalesce") as client:
         while time.monotonic() - start < seconds or len(result.requested) < 2:
-            snapping = phase % 2 == 1
+            snapping = phase % 2 == 1 and len(result.requested) < limit
             for i in range(phase_steps):
                 began = time.perf_counter()
                 result.loss = train_step(model, optimizer, batch)
@@ -112,24 +115,27 @@ def train(work: Path, size: ModelSize, seconds: float, phase_steps: int, out) ->
 
 
 def wait_pushed(work: Path, gens: list[int], daemon: subprocess.Popen, timeout: float,
-                out) -> set[int]:
-    """Wait until every requested generation is pushed or dropped; the pushed ones."""
+                out) -> tuple[set[int], dict[int, str]]:
+    """Wait until every requested generation is pushed or dropped; (pushed, gen -> reason of
+    the dropped ones: ``coalesced`` when a newer request replaced it before it was spooled)."""
     from snapops.daemon.lifecycle import DROPPED, PUSHED
     from snapops.daemon.wal import replay
 
     deadline = time.monotonic() + timeout
     while True:
         state = replay(work / "spool" / "wal.log")[0]
-        done = {g for g in gens if g in state.gens and state.gens[g].state in (PUSHED, DROPPED)}
-        if done == set(gens):
-            return {g for g in gens if state.gens[g].state == PUSHED}
-        if daemon.poll() is not None:
+        done = {g: state.gens[g] for g in gens
+                if g in state.gens and state.gens[g].state in (PUSHED, DROPPED)}
+        finished = len(done) == len(gens)
+        if not finished and daemon.poll() is not None:
             out(f"daemon exited early with {daemon.returncode}; see {work / 'daemon.log'}")
-            return {g for g in done if state.gens[g].state == PUSHED}
-        if time.monotonic() > deadline:
+        elif not finished and time.monotonic() > deadline:
             out("timed out waiting for the daemon; see `snapops daemon status`")
-            return {g for g in done if state.gens[g].state == PUSHED}
-        time.sleep(0.2)
+        elif not finished:
+            time.sleep(0.2)
+            continue
+        return ({g for g, r in done.items() if r.state == PUSHED},
+                {g: r.fields.get("reason", "?") for g, r in done.items() if r.state == DROPPED})
 
 
 def verify_clone(url: str, work: Path, out) -> tuple[int, list[str], Path]:
@@ -201,9 +207,10 @@ def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: st
         daemon = subprocess.Popen([sys.executable, "-m", "snapops", "daemon", "run",
                                    "--config", str(config)], stdout=log, stderr=log)
         try:
-            training = train(work, size, seconds, 2 if quick else 4, out)
+            training = train(work, size, seconds, 2 if quick else 4, out,
+                             max_generations=4 if quick else None)
             out("waiting for the daemon to push every generation")
-            pushed = wait_pushed(work, training.requested, daemon, 900, out)
+            pushed, dropped = wait_pushed(work, training.requested, daemon, 900, out)
         finally:
             if daemon.poll() is None:
                 daemon.send_signal(signal.SIGTERM)
@@ -218,9 +225,11 @@ def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: st
         state_bytes=sum(v.numel() * v.element_size() for v in training.last_state.values()),
         steps=training.steps, plain=training.plain, snapping=training.snapping,
         stalls=training.stalls, requested=training.requested, pushed=sorted(pushed),
+        dropped=dropped,
         verified=verified, failures=failures,
         latencies=latencies_from_wal(work / "spool" / "wal.log", "origin"),
         repo_bytes=repository_bytes(work / "remote.git"), restore_problems=restore)
     write_summary(work / "summary.md", summary, out)
-    ok = not failures and not restore and set(pushed) == set(training.requested) and verified
+    lost = [g for g, reason in dropped.items() if reason != "coalesced"]
+    ok = not failures and not restore and not lost and verified == len(pushed) > 0
     return 0 if ok else 1

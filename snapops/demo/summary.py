@@ -18,6 +18,7 @@ class Summary:
     stalls: list[float]
     requested: list[int]
     pushed: list[int]
+    dropped: dict[int, str]
     verified: int
     failures: list[str]
     latencies: list[float]
@@ -55,6 +56,15 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _dropped(dropped: dict[int, str]) -> str:
+    if not dropped:
+        return ""
+    reasons: dict[str, int] = {}
+    for reason in dropped.values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return "; dropped: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+
+
 def render(s: Summary) -> str:
     plain, snap = _median(s.plain), _median(s.snapping)
     overhead = (snap / plain - 1) * 100 if plain == plain and snap == snap else float("nan")
@@ -70,7 +80,7 @@ def render(s: Summary) -> str:
         f"| `request()` stall per snapshot | median {_median(s.stalls) * 1e3:.1f} ms, p99 "
         f"{percentile(s.stalls, 99) * 1e3:.1f} ms |",
         f"| generations | {len(s.requested)} requested, {len(s.pushed)} pushed, "
-        f"{s.verified} verified from a fresh clone |",
+        f"{s.verified} verified from a fresh clone{_dropped(s.dropped)} |",
         f"| request to pushed | median {_median(s.latencies):.1f} s, max "
         f"{max(s.latencies, default=float('nan')):.1f} s |",
         f"| remote repository | {s.repo_bytes / 2**20:.1f} MiB on disk |",

@@ -77,20 +77,20 @@ def test_generations_must_increase_across_restarts(tmp_path):
         with pytest.raises(DataError, match="not greater"):
             snap.request(_state(), 5)
     with Snapshotter(tmp_path) as snap:
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match=r"gen 3 is not greater than"):
             snap.request(_state(), 3)
         snap.request(_state(), 6)
 
 
 def test_bad_inputs_are_typed_errors(tmp_path):
     with Snapshotter(tmp_path) as snap:
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match=r"array 'o': dtype object cannot be"):
             snap.request({"o": np.array([object()])}, 1)
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match=r"expected a mapping of arrays \(or"):
             snap.request([1, 2], 1)
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match=r"gen must be an int >="):
             snap.request(_state(), -1)
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"policy"):
         Snapshotter(tmp_path, policy="fifo")
 
 

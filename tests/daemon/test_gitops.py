@@ -275,7 +275,8 @@ def test_unwritable_repository_gives_git_error(repo):
     if not immutable:
         objects.chmod(0o555)
     try:
-        with pytest.raises(GitError):
+        with pytest.raises(GitError,
+                           match=r"git add failed: error: unable"):
             repo.commit_generation(["a"], "gen 1", "r/gen-000001")
     finally:
         if immutable:
@@ -362,7 +363,8 @@ def test_rejected_push_is_push_error(repo, bare_remote, tmp_path):
 def test_password_is_redacted_from_errors(repo):
     commit_gens(repo, 1, 1)
     url = "http://user:s3cret@127.0.0.1:1/x.git"
-    with pytest.raises(PushError) as info:
+    with pytest.raises(PushError,
+                       match=r"push to http://user:\*\*\*@127\.0\.0\.1:1/x\.git") as info:
         repo.push(url, ["r/gen-000001"], timeout=30)
     assert "s3cret" not in str(info.value) and "//***@127.0.0.1:1" in str(info.value)
     assert redact_url("ssh://git@host/x") == "ssh://git@host/x"

@@ -76,7 +76,7 @@ def test_append_then_verify_ok(chain):
     assert [e.gen for e in entries] == [1, 2, 3, 4]
     for entry, result in zip(entries, results):
         assert (entry.sha256_all, entry.merkle_prev, entry.merkle_this) == (
-            result.sha256_all, result.merkle_prev, result.merkle_this)
+            result.sha256_all, result.details["merkle_prev"], result.merkle_this)
         assert entry.path == f"snapshots/run1/s{entry.gen}.wtxt" and entry.format == "wtxt"
         assert entry.keyid is None and entry.build == "unknown"
 
@@ -86,15 +86,15 @@ def test_lines_follow_the_documented_grammar_checked_independently(chain):
     prev = bytes(32)
     for line, result in zip(lines_of(ledger), results):
         body, _, chain_field = line.partition(b" chain=")
+        gen, prev_link = result.details["gen"], result.details["merkle_prev"]
         assert body == (
-            f"gen={result.gen} ts={TS} sha256_all={result.sha256_all} "
-            f"merkle_prev={result.merkle_prev} merkle_this={result.merkle_this} "
-            f"path=snapshots/run1/s{int(result.gen)}.wtxt format=wtxt keyid=- build=unknown"
+            f"gen={gen} ts={TS} sha256_all={result.sha256_all} "
+            f"merkle_prev={prev_link} merkle_this={result.merkle_this} "
+            f"path=snapshots/run1/s{int(gen)}.wtxt format=wtxt keyid=- build=unknown"
         ).encode()
         expected = hashlib.sha256(prev + body).hexdigest()
         assert chain_field == expected.encode() + b"\n"
-        assert merkle_link(result.merkle_prev, result.sha256_all, TS, result.gen, "unknown") \
-            == result.merkle_this
+        assert merkle_link(prev_link, result.sha256_all, TS, gen, "unknown") == result.merkle_this
         prev = bytes.fromhex(expected)
     assert ledger.head() == prev.hex()
 
@@ -128,9 +128,9 @@ def test_streaming_snapshot_is_read_through_its_wsum(tmp_path):
 def test_signed_snapshot_records_its_keyid(tmp_path, keydir):
     ledger = Ledger(tmp_path / "run.ledger", root=tmp_path)
     path, result = snap(tmp_path, 1, None, sign_key=keydir / "signing.key")
-    assert result.keyid
-    assert ledger.append_snapshot(path).entry.keyid == result.keyid
-    assert f"keyid={result.keyid} ".encode() in ledger.path.read_bytes()
+    assert result.details["keyid"]
+    assert ledger.append_snapshot(path).entry.keyid == result.details["keyid"]
+    assert f"keyid={result.details['keyid']} ".encode() in ledger.path.read_bytes()
     assert ledger.verify().ok
 
 
@@ -148,7 +148,7 @@ def test_empty_ledger_verifies_and_missing_ledger_fails(tmp_path):
 def test_append_refuses_gen_not_greater(chain, tmp_path):
     ledger, _ = chain
     before = ledger.path.read_bytes()
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError, match=r"\[order\] refused: gen must increase") as info:
         ledger.append_snapshot(tmp_path / "snapshots" / "run1" / "s4.wtxt")
     assert info.value.check == "order" and info.value.line == 5
     assert "000004" in str(info.value)
@@ -159,7 +159,8 @@ def test_append_refuses_merkle_prev_not_matching_last(chain, tmp_path):
     ledger, results = chain
     before = ledger.path.read_bytes()
     path, _ = snap(tmp_path, 5, results[2].merkle_this, name="fork.wtxt")  # chains on gen 3
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError,
+                       match=r"\[merkle\] refused: .*fork\.wtxt does not chain") as info:
         ledger.append_snapshot(path)
     assert info.value.check == "merkle" and info.value.line == 5
     assert results[3].merkle_this in str(info.value)
@@ -172,7 +173,8 @@ def test_append_refuses_entry_whose_merkle_does_not_rederive(tmp_path):
     entry = LedgerEntry(gen=1, ts=TS, sha256_all="a" * 64, merkle_prev=ZERO,
                         merkle_this="b" * 64, path="x.wtxt")
     ledger = Ledger(tmp_path / "run.ledger")
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError,
+                       match=r"\[merkle\] refused: merkle_this does not re\-derive") as info:
         ledger.append(entry)
     assert info.value.check == "merkle"
     assert not ledger.path.exists()
@@ -184,7 +186,7 @@ def test_append_refuses_unsafe_paths(tmp_path, bad):
     sha = "c" * 64
     entry = LedgerEntry(gen=1, ts=TS, sha256_all=sha, merkle_prev=ZERO,
                         merkle_this=merkle_link(ZERO, sha, TS, "000001", "unknown"), path=bad)
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(FormatError, match=r"\[(grammar|path)\]") as info:
         Ledger(tmp_path / "run.ledger").append(entry)
     assert info.value.check in ("path", "grammar")
     assert not (tmp_path / "run.ledger").exists()
@@ -194,7 +196,7 @@ def test_append_snapshot_outside_root_is_refused(tmp_path):
     inside = tmp_path / "repo"
     inside.mkdir()
     path, _ = snap(tmp_path, 1, None)  # tmp_path/snapshots/..., outside repo/
-    with pytest.raises(LedgerError) as info:
+    with pytest.raises(LedgerError, match=r"\[path\]") as info:
         Ledger(inside / "run.ledger", root=inside).append_snapshot(path)
     assert info.value.check == "path"
 
@@ -210,7 +212,7 @@ def test_failed_write_leaves_no_partial_line(chain, tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "write", half_then_fail)
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(FormatError, match=r"\[io\]") as info:
         ledger.append_snapshot(path)
     monkeypatch.undo()
     assert info.value.check == "io" and "No space" in str(info.value)
@@ -279,7 +281,7 @@ def test_entry_not_chaining_but_with_a_valid_chain_field_fails_the_merkle_check(
     ledger, results = chain
     bogus_prev = "ab" * 32
     path, result = snap(tmp_path, 5, bogus_prev)
-    assert result.merkle_prev == bogus_prev
+    assert result.details["merkle_prev"] == bogus_prev
     body = (f"gen=000005 ts={TS} sha256_all={result.sha256_all} merkle_prev={bogus_prev} "
             f"merkle_this={result.merkle_this} path=snapshots/run1/s5.wtxt format=wtxt "
             f"keyid=- build=unknown").encode()
@@ -339,11 +341,12 @@ def test_truncated_last_line_is_a_partial_write(chain, tmp_path):
     problem = only_problem(ledger.verify(check_files=False))
     assert isinstance(problem, TruncatedError) and problem.line == 4
     assert "partial" in str(problem)
-    with pytest.raises(TruncatedError) as info:
+    with pytest.raises(TruncatedError,
+                       match=r"\[truncated\] partial last line \(an interrupted") as info:
         list(ledger.entries())
     assert info.value.line == 4
     path, _ = snap(tmp_path, 5, results[3].merkle_this)
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] partial last line \(an interrupted"):
         ledger.append_snapshot(path)
     assert ledger.path.read_bytes() == data[:-10]
 
@@ -372,7 +375,7 @@ def test_read_refuses_unsafe_paths_naming_the_line(chain, path):
     write_lines(ledger, lines)
     problem = only_problem(ledger.verify())
     assert (problem.line, problem.check) == (2, "path") and path in str(problem)
-    with pytest.raises(LedgerError):
+    with pytest.raises(LedgerError, match=r"\[path\] refused"):
         list(ledger.entries())
 
 
@@ -491,7 +494,7 @@ def test_cli_usage_errors(tmp_path, capsys):
     assert main(["ledger"]) == 2
     assert main(["ledger", "show", str(tmp_path / "missing.ledger")]) == 2
     assert "missing.ledger" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit, match=r"^0$") as info:
         main(["ledger", "verify", "--help"])
     assert info.value.code == 0
     assert "example:" in capsys.readouterr().out

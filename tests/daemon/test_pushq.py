@@ -309,10 +309,10 @@ def test_enqueue_for_selected_remotes_and_validation(repo, bare_remote, tmp_path
     with queue:
         queue.enqueue(1, remotes=["b"])  # after a restart: a already had PUSHED for gen 1
         assert queue.flush(15)
-        with pytest.raises(KeyError):
+        with pytest.raises(KeyError, match=r'"unknown remote .c."'):
             queue.enqueue(1, remotes=["c"])
         for bad in (-1, 1.0, True, "1"):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match=r"generation must be a non\-negative int"):
                 queue.enqueue(bad)
     assert reports.calls == [("b", [1])]
     assert repo.remote_tags(str(bare_remote)) == set()

@@ -13,7 +13,8 @@ def test_quick_demo_runs_end_to_end(tmp_path, capsys):
     summary = (tmp_path / "w" / "summary.md").read_text()
     generations = re.search(r"\| generations \| (\d+) requested, (\d+) pushed, (\d+) verified",
                             summary)
-    assert generations and len(set(generations.groups())) == 1 and int(generations[1]) >= 2
+    requested, pushed, verified = map(int, generations.groups())
+    assert requested == 4 and pushed == verified >= 2  # a newer request may coalesce an older
     assert "every tensor equal, dtypes kept" in summary
     assert re.search(r"request\(\)` stall per snapshot \| median [0-9.]+ ms, p99 [0-9.]+ ms",
                      summary)

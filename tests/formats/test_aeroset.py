@@ -62,13 +62,13 @@ def test_parts_are_standalone_aero_with_global_shard_ids(tmp_path):
 def test_verify_levels_and_detection(tmp_path):
     index = write_set(tmp_path)
     for level in ("control", "full"):
-        report = aeroset.verify(index, level)
+        report = aeroset.verify(index, level=level)
         assert report.ok, report.failure
     assert report.arrays == 24
     handler = registry.detect(index)
     assert handler.name == "aeroset" and handler.load(index).equal(aeroset.load(index))
     assert registry.handler_for_suffix(index).name == "aeroset"
-    assert aeroset.inspect(index)["tensors"] == 24
+    assert len(aeroset.inspect(index)["arrays"]) == 24
 
 
 def test_tampered_part_fails_sha256(tmp_path):
@@ -78,8 +78,8 @@ def test_tampered_part_fails_sha256(tmp_path):
     blob = bytearray(part.read_bytes())
     blob[-1] ^= 1
     part.write_bytes(bytes(blob))
-    assert aeroset.verify(index, "full").failure.check == "sha256"
-    report = aeroset.verify(index, "control")    # no sha256 at this level; TIDX hash breaks
+    assert aeroset.verify(index, level="full").failure.check == "sha256"
+    report = aeroset.verify(index, level="control")    # no sha256 at this level; TIDX hash breaks
     assert not report.ok
 
 
@@ -89,9 +89,9 @@ def test_part_disagreeing_with_index(tmp_path):
     doc["parts"][0]["shards"], doc["parts"][1]["shards"] = (doc["parts"][1]["shards"],
                                                             doc["parts"][0]["shards"])
     index.write_text(json.dumps(doc))
-    report = aeroset.verify(index, "control")
+    report = aeroset.verify(index, level="control")
     assert report.failure.check == "aeroset"
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[aeroset\] part holds other shards than"):
         aeroset.load(index)
 
 
@@ -102,7 +102,7 @@ def test_part_paths_must_stay_in_the_folder(tmp_path, path):
     doc = json.loads(index.read_text())
     doc["parts"][0]["path"] = path
     index.write_text(json.dumps(doc))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|version)\]"):
         aeroset.load(index)
     assert not aeroset.verify(index).ok
 
@@ -121,7 +121,7 @@ def test_malformed_index_json(tmp_path, mutate, error):
     doc = json.loads(index.read_text())
     mutate(doc)
     index.write_text(json.dumps(doc))
-    with pytest.raises(error):
+    with pytest.raises(error, match=r"\[(grammar|tidx_bounds|version)\]"):
         aeroset.load(index)
 
 
@@ -129,7 +129,7 @@ def test_malformed_index_json(tmp_path, mutate, error):
                                   b"[" * 50000, b'{"format": {"name": "AEROSET"}}'])
 def test_garbage_index_json(tmp_path, blob):
     (tmp_path / "model.aeroset.json").write_bytes(blob)
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|version)\]"):
         aeroset.load(tmp_path / "model.aeroset.json")
     assert not aeroset.verify(tmp_path).ok
 
@@ -139,7 +139,7 @@ def test_missing_part(tmp_path):
     doc = json.loads(index.read_text())
     (index.parent / doc["parts"][-1]["path"]).unlink()
     assert aeroset.verify(index).failure.check == "aeroset"
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[grammar\] cannot read: No such file"):
         aeroset.load(index)
 
 

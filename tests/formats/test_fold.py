@@ -21,6 +21,7 @@ from snapops.formats.errors import (
     ChecksumError, DataError, FormatError, LimitError, TruncatedError, UnsupportedVersionError,
 )
 from snapops.formats.fold import _ecc
+from snapops.formats.fold.verify import verify_file
 from snapops.formats.model import Snapshot
 from tests.formats import fold_forge as forge
 
@@ -28,6 +29,12 @@ DTYPES = ["?", "i1", "u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4
           "<c8", "<c16", np.dtype(np.longdouble).str, np.dtype(np.clongdouble).str,
           "<M8[ns]", "<M8[D]", "<m8[s]", "<M8", "S5", "<U3", "V4"]
 SHAPES = [(), (0,), (3, 0, 2), (7,), (5, 3)]
+
+
+def load_with(path, **options):
+    """FOLD's own reader with reader options (use_mmap, workers, trusted)."""
+    with fold.FoldFile.open(path, **options) as f:
+        return f.load()
 
 
 def _sample(dtype: str, shape, seed: int = 0) -> np.ndarray:
@@ -75,11 +82,11 @@ def test_options_round_trip_through_files(tmp_path, compression, ecc):
     snap = state()
     path = tmp_path / "s.fold"
     info = fold.save(snap, path, compression=compression, ecc=ecc, segment=1000)
-    assert info["chunks"] > len(snap)       # multi-piece arrays
-    assert info["file_bytes"] == path.stat().st_size
+    assert info.details["chunks"] > len(snap)       # multi-piece arrays
+    assert info.size == path.stat().st_size
     assert same(snap, fold.load(path))
-    assert same(snap, fold.load(path, use_mmap=False, workers=1))
-    report = fold.verify(path, use_mmap=ecc == "low")
+    assert same(snap, load_with(path, use_mmap=False, workers=1))
+    report = verify_file(path, use_mmap=ecc == "low")
     assert report.ok and not report.notes, report.summary()
     assert report.arrays == len(snap)
     assert [p.name for p in tmp_path.iterdir()] == ["s.fold"]
@@ -105,9 +112,9 @@ def test_non_native_layouts_and_meta(tmp_path):
     assert np.array_equal(back["t"], base.T) and np.array_equal(back["strided"], base[::2, ::3])
     assert back["be"].dtype == np.dtype("<i4") and np.array_equal(back["be"], base)
     assert back.meta == snap.meta
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"meta 'bad': only str keys and"):
         fold.dumps(Snapshot({"x": np.zeros(2)}, {"bad": [1]}))
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"array 's': dtype \[\('a', '<i4'\)\] cannot"):
         fold.dumps({"s": np.zeros(2, [("a", "i4")])})
 
 
@@ -159,7 +166,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk on fire")
     monkeypatch.setattr("snapops.formats.fold._write.index_bytes", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"disk on fire"):
         fold.save({"x": np.zeros(3)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["a.fold"]
@@ -204,8 +211,8 @@ def test_ecc_corrects_and_reports(tmp_path, ecc, nsym):
     path = tmp_path / "hit.fold"
     path.write_bytes(_flip(data, hits))
     assert same(snap, fold.load(path))
-    assert same(snap, fold.load(path, use_mmap=False))
-    with fold.open_lazy(path) as f:
+    assert same(snap, load_with(path, use_mmap=False))
+    with fold.FoldFile.open(path) as f:
         assert np.array_equal(f["w"], snap["w"])
         assert f.events.results[0].repair.data_bytes == nsym // 2 + 1
     report = fold.verify(path)
@@ -223,7 +230,7 @@ def test_too_many_errors_is_a_typed_error(tmp_path):
     start, _, _ = _payload_offsets(data, "w")
     path = tmp_path / "bad.fold"
     path.write_bytes(_flip(data, range(start, start + 9)))     # 9 > 16/2 in one block
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError, match=r"\[ecc\] chunk 0: chunk 'w' is") as err:
         fold.load(path)
     assert err.value.check == "ecc" and err.value.path == str(path)
     report = fold.verify(path)
@@ -261,14 +268,15 @@ def test_damaged_parity_with_intact_data_is_accepted(tmp_path):
 def test_crc_without_ecc_and_sha_mismatch():
     data = fold.dumps({"w": np.arange(50.0)}, compression="none")
     start, _, _ = _payload_offsets(data, "w")
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'w' CRC32C") as err:
         fold.loads(_flip(data, [start + 4]))
     assert err.value.check == "crc32c"
     # a forged entry whose CRC holds but whose SHA-256 (and chunk_hashes) were changed
     index = forge.index_of(data)
     index["chunks"][0]["sha256"] = "0" * 64
     index["metadata"]["chunk_hashes"]["w"] = "0" * 64
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError,
+                       match=r"\[chunk_sha256\] chunk 0: chunk 'w' SHA\-256") as err:
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
     assert err.value.check == "chunk_sha256"
 
@@ -281,12 +289,13 @@ def test_manifest_hash_tamper_is_an_error(tmp_path):
     index["metadata"]["snapops"]["meta"]["gen"] = 2
     path = tmp_path / "t.fold"
     path.write_bytes(forge.with_index(data, forge.dump(index)))
-    with pytest.raises(ChecksumError) as err:
+    with pytest.raises(ChecksumError,
+                       match=r"\[manifest_hash\] manifest_hash does not match the") as err:
         fold.load(path)
     assert err.value.check == "manifest_hash"
     assert fold.verify(path).failure.check == "manifest_hash"
     index["metadata"]["manifest_hash"] = "f" * 64
-    with pytest.raises(ChecksumError):
+    with pytest.raises(ChecksumError, match=r"\[manifest_hash\] manifest_hash does not match the"):
         fold.loads(forge.with_index(data, forge.dump(index)))
 
 
@@ -294,11 +303,12 @@ def test_chunk_hashes_must_match_entries():
     data = fold.dumps({"w": np.zeros(3)})
     index = forge.index_of(data)
     index["metadata"]["chunk_hashes"]["w"] = "1" * 64
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError,
+                       match=r"\[chunk_hashes\] chunk 0: chunk_hashes\['w'\] differs from") as err:
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
     assert err.value.check == "chunk_hashes"
     del index["metadata"]["chunk_hashes"]
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[chunk_hashes\] metadata lacks chunk_hashes"):
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
 
 
@@ -307,9 +317,9 @@ def test_chunk_hashes_must_match_entries():
 def test_truncation_at_every_offset_and_trailing_bytes():
     data = fold.dumps(state(), ecc="rs(16)", segment=700)
     for n in range(len(data)):
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[truncated\]"):
             fold.loads(data[:n])
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] file shorter than the FOLD"):
         fold.loads(data[:10])
     with pytest.raises(FormatError, match="after the index"):
         fold.loads(data + b"\0")
@@ -320,7 +330,7 @@ def test_truncated_file_on_disk(tmp_path):
     path = tmp_path / "cut.fold"
     for n in (0, 5, 28, len(data) // 2, len(data) - 1):
         path.write_bytes(data[:n])
-        with pytest.raises(FormatError) as err:
+        with pytest.raises(FormatError, match=r"\[truncated\]") as err:
             fold.load(path)
         assert err.value.path == str(path)
         assert not fold.verify(path).ok
@@ -350,7 +360,7 @@ def _patch_entry(data: bytes, **fields) -> bytes:
 ])
 def test_bad_entries_are_typed_errors(fields, error):
     data = fold.dumps({"a": np.zeros(100), "b": np.ones(100)})
-    with pytest.raises(error):
+    with pytest.raises(error, match=r"\[(grammar|limit|version)\]"):
         fold.loads(_patch_entry(data, **fields))
 
 
@@ -363,20 +373,20 @@ def test_overlapping_and_swapped_extents():
     index = forge.index_of(data)
     a, b = index["chunks"]
     a["offset"], b["offset"] = b["offset"], a["offset"]     # headers no longer agree
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError, match=r"\[chunk_header\] chunk 0: chunk header of") as err:
         fold.loads(forge.with_index(data, forge.dump(index)))
     assert err.value.check == "chunk_header"
 
 
 def test_terabyte_declarations_fail_fast():
     header = struct.pack(">8sIQQ", forge.MAGIC, 28, 28, 2**42)
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] index too large"):
         fold.loads(header + b"{}")
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] index extends past the end"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 28, 2**50, 100))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[grammar\] index_off points into the header"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 28, 3, 0))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[grammar\] bad header_len"):
         fold.loads(struct.pack(">8sIQQ", forge.MAGIC, 29, 28, 0))
 
 
@@ -407,11 +417,11 @@ def test_write_limits():
         fold.dumps(state(), limits=fold.Limits(max_index=200))
     with pytest.raises(DataError, match="segment"):
         fold.dumps(state(), segment=2000, limits=fold.Limits(max_chunk=1000))
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\] chunk 0: chunk uncomp_len too"):
         fold.loads(fold.dumps(state()), limits=fold.Limits(max_chunk=100))
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"ecc must be none, low, med"):
         fold.dumps(state(), ecc="rs(300)")
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"compression must be 'zstd' or 'none'"):
         fold.dumps(state(), compression="lz4")
 
 
@@ -425,7 +435,7 @@ def test_write_limits():
 ])
 def test_malformed_index_json(raw):
     data = fold.dumps({})
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|version)\]"):
         fold.loads(forge.with_index(data, raw))
 
 
@@ -450,7 +460,7 @@ def test_bad_array_table(patch):
     data = fold.dumps({"w": np.zeros(4)})
     index = forge.index_of(data)
     patch(index["metadata"])
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(grammar|limit|version)\]"):
         fold.loads(forge.with_index(data, forge.dump(forge.rehash(index))))
 
 
@@ -481,7 +491,7 @@ def test_npz0_chunks_load_without_pickle():
         z.writestr("x.npy", member.getvalue() + bytes(8))
     with pytest.raises(FormatError, match="npy data size"):
         fold.loads(forge.build([forge.chunk("n", "NPZ0", buf.getvalue())]))
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[npz\] chunk 0: chunk 'n' is"):
         fold.loads(forge.build([forge.chunk("n", "NPZ0", b"PK\x03\x04junk")]))
 
 
@@ -512,7 +522,7 @@ def test_mind_detection_and_registry(tmp_path):
     for p in (mind, plain):
         assert registry.detect(p).name == "fold"
     assert registry.handler_for_suffix("x.mind").name == "fold"
-    assert fold.inspect(mind)["arrays"][0] == {"name": "ai_graph", "dtype": "<f8",
+    assert fold.inspect(mind)["arrays"][0] == {"name": "ai_graph", "dtype": "f64", "bytes": 32,
                                                "shape": [2, 2], "chunks": ["ai_graph"]}
 
 
@@ -521,14 +531,14 @@ def test_open_lazy_reads_only_what_it_needs(tmp_path):
     start, _, _ = _payload_offsets(data, "bad")
     path = tmp_path / "l.fold"
     path.write_bytes(_flip(data, [start]))
-    with fold.open_lazy(path) as f:
+    with fold.FoldFile.open(path) as f:
         assert f.names == ["bad", "good"] and "good" in f and len(f) == 2
         assert np.array_equal(f["good"], np.arange(10.0))
-        with pytest.raises(ChecksumError):
+        with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'bad' CRC32C"):
             f["bad"]
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[grammar\] array missing: no such array"):
             f["missing"]
-    with pytest.raises(ChecksumError):
+    with pytest.raises(ChecksumError, match=r"\[crc32c\] chunk 0: chunk 'bad' CRC32C"):
         fold.load(path)
 
 

@@ -129,7 +129,8 @@ def test_codec_round_trip(meta):
 @pytest.mark.parametrize("bad", [{"x": None}, {"x": 2**64}, {"x": -(2**63) - 1}, {1: 2},
                                  {"x": object()}, [], {"\ud800": 1}, {"x": "\udfff"}])
 def test_codec_refuses_unencodable(bad):
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="must be a dict|does not fit|no PyCauset metadata "
+                                        "encoding|keys must be str|not encodable|surrogate"):
         _codec.encode_metadata(bad)
 
 
@@ -258,14 +259,14 @@ def test_round_trip_every_dtype(tmp_path):
 ])
 def test_layout_choice(tmp_path, state, kind):
     path = tmp_path / "x.pycauset"
-    assert pc.save(state, path)["layout"] == kind
+    assert pc.save(state, path).details["layout"] == kind
     back = pc.load(path)
     assert back.equal(Snapshot.coerce(state)) and pc.verify(path).ok
 
 
 def test_layout_option(tmp_path):
     w = {"w": np.eye(2, dtype=np.float32)}
-    assert pc.save(w, tmp_path / "a.pycauset", layout="arrays")["layout"] == "snapops.arrays/v1"
+    assert pc.save(w, tmp_path / "a.pycauset", layout="arrays").details["layout"] == "snapops.arrays/v1"
     assert pc.load(tmp_path / "a.pycauset").equal(Snapshot(w))
     with pytest.raises(DataError, match="raw_dense"):
         pc.save({"a": np.zeros(2), "b": np.zeros(2)}, tmp_path / "b.pycauset", layout="raw_dense")
@@ -289,7 +290,7 @@ def test_deterministic_bytes_and_uuid_options(tmp_path):
     fixed = "12345678-1234-5678-1234-567812345678"
     for name, option in (("c", "random"), ("d", "random"), ("e", fixed)):
         p = write(tmp_path, name=f"{name}.pycauset", payload_uuid=option)
-        uuids.add(pc.open_lazy(p).meta["payload_uuid"])
+        uuids.add(pc.PycausetFile(p).meta["payload_uuid"])
     assert len(uuids) == 3 and "12345678123456781234567812345678" in uuids
     with pytest.raises(DataError, match="payload_uuid"):
         write(tmp_path, name="f.pycauset", payload_uuid="nope")
@@ -312,7 +313,7 @@ def test_without_checksum(tmp_path):
     assert report.ok and any("without a CRC-32C" in n for n in report.notes)
     # no CRCs to derive it from: the payload_uuid is random, as the peer's
     other = write(tmp_path, name="o.pycauset", checksum=False)
-    assert pc.open_lazy(path).meta["payload_uuid"] != pc.open_lazy(other).meta["payload_uuid"]
+    assert pc.PycausetFile(path).meta["payload_uuid"] != pc.PycausetFile(other).meta["payload_uuid"]
 
 
 # ---- zero-copy reads -----------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def test_open_lazy_is_zero_copy(tmp_path):
     path = write(tmp_path, {"big": big, "small": np.arange(3)})
     tracemalloc.start()
     try:
-        with pc.open_lazy(path) as f:
+        with pc.PycausetFile(path) as f:
             view = f["big"]
             assert not view.flags.writeable and not view.flags.owndata
             assert any(isinstance(b, mmap.mmap) for b in _base_chain(view))
@@ -339,7 +340,7 @@ def test_open_lazy_is_zero_copy(tmp_path):
         tracemalloc.stop()
     assert peak < 256 << 10
     assert (view == big).all()             # the map outlives the closed file object
-    with pc.open_lazy(path) as f:
+    with pc.PycausetFile(path) as f:
         assert f.names == ["big", "small"] and "big" in f and len(f) == 2
         with pytest.raises(FormatError, match="no such array"):
             f["nope"]
@@ -354,7 +355,7 @@ def _fields(data: bytes, name: str) -> tuple:
 def test_slot_selection(tmp_path):
     data = bytearray(matrix_file(tmp_path).read_bytes())
     a = _fields(data, "A")
-    body = frame(_codec.encode_metadata({**pc.open_lazy(tmp_path / "w.pycauset").meta,
+    body = frame(_codec.encode_metadata({**pc.PycausetFile(tmp_path / "w.pycauset").meta,
                                          "provenance": {"run": "B"}}))
     merged = bytearray(data) + bytes(-len(data) % 16)
     b_block = (0, a[1], a[2], len(merged), len(body), 0, 0)
@@ -457,7 +458,7 @@ def test_metadata_length_limit(tmp_path):
 
 def _meta(tmp_path, state=None) -> tuple[bytes, dict]:
     path = write(tmp_path, state)
-    return path.read_bytes(), dict(pc.open_lazy(path).meta)
+    return path.read_bytes(), dict(pc.PycausetFile(path).meta)
 
 
 def test_unknown_keys_are_ignored(tmp_path):
@@ -579,7 +580,7 @@ def test_verify_catches_payload_flip(tmp_path):
 def test_verify_catches_nonzero_padding(tmp_path):
     path = write(tmp_path)
     data = bytearray(path.read_bytes())
-    listing = pc.open_lazy(path).meta["payload_layout"]["params"]["arrays"]
+    listing = pc.PycausetFile(path).meta["payload_layout"]["params"]["arrays"]
     gap = next(e["offset"] + e["length"] for a, e in zip(listing[1:], listing) if
                a["offset"] > e["offset"] + e["length"])
     data[4096 + gap] = 1

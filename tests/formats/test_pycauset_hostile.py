@@ -27,13 +27,13 @@ from .test_pycauset import (  # noqa: F401  (shared helpers, not tests)
 def test_truncation_at_every_offset(tmp_path):
     data = matrix_file(tmp_path).read_bytes()
     for cut in range(len(data)):
-        with pytest.raises(FormatError):
+        with pytest.raises(FormatError, match=r"\[(preamble|slots|truncated)\]"):
             parse(data[:cut])
     (tmp_path / "t.pycauset").write_bytes(data[:5000 % len(data)])
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[truncated\] file shorter than the 4096\-byte"):
         pc.load(tmp_path / "t.pycauset")
     (tmp_path / "e.pycauset").write_bytes(b"")
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match=r"\[truncated\] empty file"):
         pc.load(tmp_path / "e.pycauset")
 
 
@@ -135,7 +135,8 @@ def test_absurd_lengths_bounded_memory(tmp_path):
     for case in cases:
         tracemalloc.start()
         try:
-            with pytest.raises(FormatError):
+            with pytest.raises(FormatError, match=r"\[(limit|metadata|slots)\] .*(declares|runs "
+                                                  r"past|no valid header slot)"):
                 parse(case)
             peak = tracemalloc.get_traced_memory()[1]
         finally:

@@ -83,7 +83,7 @@ def test_peer_views_vectors_and_bits(tmp_path):
 def test_peer_transposed_matrix_is_a_zero_copy_view(tmp_path):
     path = tmp_path / "t.pycauset"
     peer.save(peer.matrix(np.arange(12, dtype=np.float32).reshape(3, 4)).T, str(path))
-    with pc.open_lazy(path) as f:
+    with pc.PycausetFile(path) as f:
         out = f["matrix"]
         assert out.shape == (4, 3) and not out.flags.owndata and not out.flags.c_contiguous
 
@@ -100,16 +100,16 @@ def test_peer_layouts_snapops_does_not_read_are_refused(tmp_path):
 def test_peer_metadata_update_is_read_by_snapops(tmp_path):
     path = tmp_path / "w.pycauset"
     pc.save({"w": np.eye(3, dtype=np.float32)}, path)
-    uuid = pc.open_lazy(path).meta["payload_uuid"]
+    uuid = pc.PycausetFile(path).meta["payload_uuid"]
     persistence.write_cached_big_blob_ref(path, name="inverse", ref_kind="sibling_object_store",
                                           object_id="abc", signature={"payload_uuid": uuid})
-    with pc.open_lazy(path) as f:
+    with pc.PycausetFile(path) as f:
         assert f.container.active.name == "B" and f.container.active.generation == 2
         assert f.meta["cached"]["inverse"]["value"]["object_id"] == "abc"
         assert (f["w"] == np.eye(3)).all()
     assert pc.verify(path).ok
     pc.update_metadata(path, {"provenance": {"after_peer": True}})
-    assert pc.open_lazy(path).container.active.name == "A"
+    assert pc.PycausetFile(path).container.active.name == "A"
     assert persistence.read_typed_metadata(path)["provenance"] == {"after_peer": True}
 
 
@@ -119,7 +119,7 @@ def test_peer_metadata_update_is_read_by_snapops(tmp_path):
 def test_snapops_matrix_opens_in_peer(tmp_path, name):
     a = PEER_MATRICES[name]
     path = tmp_path / "s.pycauset"
-    assert pc.save(Snapshot({"weights": a}, {"step": 12}), path)["layout"] == "raw_dense"
+    assert pc.save(Snapshot({"weights": a}, {"step": 12}), path).details["layout"] == "raw_dense"
     out = peer_values(peer.load(str(path)))
     assert out.dtype == a.dtype and out.shape == a.shape and out.tobytes() == a.tobytes()
     meta = persistence.read_typed_metadata(path)

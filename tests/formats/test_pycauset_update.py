@@ -35,7 +35,7 @@ def test_update_metadata_alternates_slots(tmp_path):
     assert after[4096:4096 + 48] == before[4096:4096 + 48]            # payload untouched
     assert after[272:len(before)] == before[272:]                     # append-only
     back = pc.load(path)
-    assert back.meta == {"verified": True} and "cached" not in pc.open_lazy(path).meta
+    assert back.meta == {"verified": True} and "cached" not in pc.PycausetFile(path).meta
     report = pc.verify(path)
     assert report.ok and report.details["generation"] == 4 and report.notes == []
 
@@ -56,7 +56,7 @@ def test_update_refuses_identity_keys(tmp_path):
 def test_update_never_commits_metadata_that_does_not_open(tmp_path):
     path = write(tmp_path)
     before = path.read_bytes()
-    data = with_metadata(before, {**pc.open_lazy(path).meta, "view": {"scalar": 2.0}})
+    data = with_metadata(before, {**pc.PycausetFile(path).meta, "view": {"scalar": 2.0}})
     path.write_bytes(data)
     with pytest.raises(UnsupportedVersionError, match="scalar"):
         pc.update_metadata(path, {"provenance": {"x": 1}})
@@ -66,7 +66,7 @@ def test_update_never_commits_metadata_that_does_not_open(tmp_path):
 def test_update_is_o1_in_payload_size(tmp_path):
     small = matrix_file(tmp_path, "small.pycauset")
     big = tmp_path / "big.pycauset"                 # 1 GiB payload, sparse on disk
-    meta = _codec.encode_metadata({**pc.open_lazy(small).meta})
+    meta = _codec.encode_metadata({**pc.PycausetFile(small).meta})
     with open(big, "wb") as f:
         header = bytearray(4096)
         struct.pack_into(PREAMBLE, header, 0, b"PYCAUSET", 1, 1, 4096, 0)
@@ -159,7 +159,7 @@ def test_update_crash_at_every_byte(tmp_path, updates_before):
     for fsyncs in range(2):                          # cut at each fsync
         victim.write_bytes(start)
         pwrite, fsync = crashing_io(1 << 20, fsyncs)
-        with pytest.raises(Crash):
+        with pytest.raises(Crash, match=r"cut at an fsync"):
             pc.update_metadata(victim, changes, pwrite=pwrite, fsync=fsync)
         assert pc.load(victim).meta == (old_meta if fsyncs == 0 else new_meta)
 
@@ -201,7 +201,7 @@ def test_apply_steps_continues_short_writes(tmp_path):
 def test_verify_notes_interrupted_update(tmp_path):
     path = matrix_file(tmp_path)
     pwrite, fsync = crashing_io(1 << 20, 0)         # block appended, slot never written
-    with pytest.raises(Crash):
+    with pytest.raises(Crash, match=r"cut at an fsync"):
         pc.update_metadata(path, {"provenance": {"x": 1}}, pwrite=pwrite, fsync=fsync)
     report = pc.verify(path)
     assert report.ok and any("after the active metadata block" in n for n in report.notes)

@@ -85,7 +85,7 @@ def test_corrupt_delta_chunk_is_named_and_nothing_written(tmp_path):
     at = data.index(b"\n", at) + 3
     data[at] = ord("A") if data[at] != ord("A") else ord("C")
     (tmp_path / "bad.wtxtdelta").write_bytes(bytes(data))
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError, match=r"\[parity\] array R, chunk 4") as err:
         apply_delta(base, tmp_path / "bad.wtxtdelta", tmp_path / "out.wtxt")
     assert err.value.check in {"parity", "crc32c"} and err.value.array == "R"
     assert "bad.wtxtdelta" in str(err.value)

@@ -31,13 +31,14 @@ def parse(data: bytes):
 
 
 def fails(data: bytes, tmp_path) -> FormatError:
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError,
+                       match=r"\[(base64|cap|grammar|limit|truncated|version)\]") as err:
         parse(data)
     path = tmp_path / "bad.wtxt"
     path.write_bytes(data)
     report = wtxt.verify(path)
     assert not report.ok and report.failure.check == err.value.check
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=r"\[(base64|cap|grammar|limit|truncated|version)\]"):
         wtxt.load(path)
     return err.value
 
@@ -155,7 +156,7 @@ def test_load_refuses_declared_size_beyond_file_before_allocating(good, tmp_path
                         b"shape=90000000000 order=C bytes=360000000000")
     path = tmp_path / "big.wtxt"
     path.write_bytes(data)
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError, match=r"\[truncated\] array ids") as err:
         wtxt.load(path)
     assert err.value.array == "ids"
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
-from snapops.formats.errors import DataError
+from snapops.formats.errors import DataError, FormatError
+from snapops.formats.model import Snapshot
 from tests.conftest import sample_state
 
 TS = "2026-01-02T03:04:05Z"
@@ -133,47 +134,71 @@ def test_lazy_reads_one_array_without_decoding_others(tmp_path):
     with wtxt.open_lazy(path) as lazy:
         assert lazy.names == sorted(state)
         assert np.array_equal(lazy["emb"], state["emb"])
-        with pytest.raises(Exception) as err:
+        with pytest.raises(FormatError, match=r"\[parity\] array ids, chunk 0") as err:
             lazy["ids"]
     assert "ids" in str(err.value)
 
 
-def test_map_names_is_reversible(tmp_path):
+def test_torch_names_round_trip_without_flags(tmp_path):
     state = {"layer.0.weight": np.ones((2, 2), np.float32), "head.bias": np.zeros(2)}
-    with pytest.raises(DataError, match="map_names"):
-        wtxt.save(state, tmp_path / "x.wtxt", gen=1, ts=TS)
-    wtxt.save(state, tmp_path / "x.wtxt", gen=1, ts=TS, map_names=True)
-    assert sorted(wtxt.load(tmp_path / "x.wtxt").arrays) == ["head__bias", "layer__0__weight"]
-    assert sorted(wtxt.load(tmp_path / "x.wtxt", unmap_names=True).arrays) == sorted(state)
-    with pytest.raises(DataError, match="__"):
-        wtxt.save({"a__b": np.ones(1)}, tmp_path / "y.wtxt", map_names=True)
+    wtxt.save(state, tmp_path / "x.wtxt", gen=1, ts=TS)
+    assert sorted(wtxt.load(tmp_path / "x.wtxt").arrays) == sorted(state)
+    text = (tmp_path / "x.wtxt").read_bytes()
+    assert b"arr name=layer__0__weight " in text and b"audit snapops_names=dots\n" in text
+    with wtxt.open_lazy(tmp_path / "x.wtxt") as lazy:
+        assert sorted(lazy.names) == sorted(state)
+
+
+@pytest.mark.parametrize("name", ["a.b", "with space", "é", "", "a-b", "x" * 256, "a__b",
+                                  "a_.b", "blocks.0"])
+def test_names_wtxt_cannot_spell_are_recorded(tmp_path, name):
+    state = {name: np.ones(1), "blocks__0": np.zeros(1), "plain": np.arange(3)}
+    wtxt.save(state, tmp_path / "x.wtxt", gen=1, ts=TS)
+    back = wtxt.load(tmp_path / "x.wtxt")
+    assert Snapshot(state).equal(back)
+    stored = [row.get("stored_name", row["name"]) for row in wtxt.inspect(tmp_path / "x.wtxt")[
+        "arrays"]]
+    assert all(re.fullmatch(r"[A-Za-z0-9_]{1,255}", n) for n in stored)
+
+
+def test_names_that_need_no_mapping_leave_the_file_alone(tmp_path):
+    wtxt.save({"w": np.ones(2), "a__b": np.zeros(1)}, tmp_path / "x.wtxt", gen=1, ts=TS)
+    assert b"audit" not in (tmp_path / "x.wtxt").read_bytes()
+    assert sorted(wtxt.load(tmp_path / "x.wtxt").arrays) == ["a__b", "w"]
+
+
+@pytest.mark.parametrize("array,logical", [
+    (np.ones(2, bool), "bool"), (np.ones(2, np.float16), "f16"), (np.ones(2, np.complex64), "c64"),
+])
+def test_dtypes_wtxt_does_not_define_are_recorded(tmp_path, array, logical):
+    wtxt.save({"w": array}, tmp_path / "x.wtxt", gen=1, ts=TS)
+    back = wtxt.load(tmp_path / "x.wtxt")
+    assert back["w"].dtype == array.dtype and back["w"].tobytes() == array.tobytes()
+    assert "unbound metadata" in back.meta["snapops_dtypes_note"]
+    report = wtxt.verify(tmp_path / "x.wtxt")
+    assert report.ok and any(f"w: {logical}" in note for note in report.notes)
 
 
 @pytest.mark.parametrize("array,match", [
-    (np.ones(2, bool), "bool"), (np.ones(2, np.float16), "float16"),
-    (np.ones(2, np.complex64), "complex64"), (np.array(["a"]), "<U1"),
+    (np.ones(2, np.complex128), "c128"), (np.array(["a"]), "<U1"),
 ])
 def test_unsupported_dtypes_refused_by_name(tmp_path, array, match):
     with pytest.raises(DataError, match=match) as err:
         wtxt.save({"bad_one": array}, tmp_path / "x.wtxt", gen=1, ts=TS)
-    assert "bad_one" in str(err.value)
+    assert "bad_one" in str(err.value) and "AERO, FOLD, PyCauset" in str(err.value)
     assert not list(tmp_path.iterdir()), "no partial file may be left behind"
 
 
-@pytest.mark.parametrize("name", ["a.b", "with space", "é", "", "a-b", "x" * 256])
-def test_bad_names_refused(tmp_path, name):
-    with pytest.raises(DataError):
-        wtxt.save({name: np.ones(1)}, tmp_path / "x.wtxt", gen=1, ts=TS)
-
-
-@pytest.mark.parametrize("opts", [
-    {"gen": -1}, {"ts": "2026-13-01T00:00:00Z"}, {"ts": "2026-01-01 00:00:00"},
-    {"build": "has space"}, {"host": ""}, {"merkle_prev": "AB" * 32}, {"rows_per_chunk": 0},
-    {"audit": 'bad"quote'}, {"audit": "no_value"}, {"nonsense": 1},
+@pytest.mark.parametrize("opts,match", [
+    ({"gen": -1}, "gen=-1"), ({"ts": "2026-13-01T00:00:00Z"}, "ts="),
+    ({"ts": "2026-01-01 00:00:00"}, "ts="), ({"build": "has space"}, "build="),
+    ({"host": ""}, "host="), ({"merkle_prev": "AB" * 32}, "merkle_prev"),
+    ({"rows_per_chunk": 0}, "rows_per_chunk"), ({"audit": 'bad"quote'}, "audit="),
+    ({"audit": "no_value"}, "audit="), ({"nonsense": 1}, "unknown option 'nonsense'"),
 ])
-def test_bad_options_refused(tmp_path, opts):
+def test_bad_options_refused(tmp_path, opts, match):
     opts = {"gen": 1, "ts": TS} | opts
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=match):
         wtxt.save({"a": np.ones(1)}, tmp_path / "x.wtxt", **opts)
     assert not (tmp_path / "x.wtxt").exists()
 

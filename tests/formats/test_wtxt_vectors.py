@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
-from snapops.formats.sources import load_npz
+from snapops.formats.npz import FORMAT as NPZ
 from tests.conftest import VECTOR_OPTS
 
 
@@ -20,7 +20,7 @@ def _sealed_opts(vectors, gen: int) -> dict:
 
 
 def test_plain_vector_reproduced(vectors, tmp_path):
-    wtxt.save(load_npz(vectors / "g1.npz"), tmp_path / "out.wtxt", gen=1, **VECTOR_OPTS)
+    wtxt.save(NPZ.load(vectors / "g1.npz"), tmp_path / "out.wtxt", gen=1, **VECTOR_OPTS)
     assert (tmp_path / "out.wtxt").read_bytes() == (vectors / "g1-plain.wtxt").read_bytes()
 
 
@@ -29,7 +29,7 @@ def test_sealed_vectors_reproduced(vectors, tmp_path, gen):
     opts = _sealed_opts(vectors, gen)
     if gen == 2:
         opts["merkle_prev"] = _g1_merkle(vectors)
-    result = wtxt.save(load_npz(vectors / f"g{gen}.npz"), tmp_path / "out.wtxt", **opts)
+    result = wtxt.save(NPZ.load(vectors / f"g{gen}.npz"), tmp_path / "out.wtxt", **opts)
     expected = (vectors / f"g{gen}-sealed.wtxt").read_bytes()
     assert (tmp_path / "out.wtxt").read_bytes() == expected
     assert result.merkle_this == wtxt.read_header(vectors / f"g{gen}-sealed.wtxt").merkle_this
@@ -37,7 +37,7 @@ def test_sealed_vectors_reproduced(vectors, tmp_path, gen):
 
 def test_streaming_vector_reproduced(vectors, tmp_path):
     out = tmp_path / "g2-stream.wtxt"
-    wtxt.save(load_npz(vectors / "g2.npz"), out, gen=2, streaming=True, rows_per_chunk=4,
+    wtxt.save(NPZ.load(vectors / "g2.npz"), out, gen=2, streaming=True, rows_per_chunk=4,
               sign_key=vectors / "test-signing.key", merkle_prev=_g1_merkle(vectors),
               **VECTOR_OPTS)
     assert out.read_bytes() == (vectors / "g2-stream.wtxt").read_bytes()
@@ -60,7 +60,7 @@ def test_vectors_verify(vectors, name, keys):
 
 
 def test_vectors_load_equal_inputs(vectors):
-    source = load_npz(vectors / "g1.npz")
+    source = NPZ.load(vectors / "g1.npz")
     for name in ("g1-plain.wtxt", "g1-sealed.wtxt"):
         loaded = wtxt.load(vectors / name)
         assert loaded.equal(source)

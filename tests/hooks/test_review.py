@@ -18,7 +18,6 @@ import pytest
 
 from snapops.cli import main as cli
 from snapops.formats import wtxt
-from snapops.formats.model import Snapshot
 from snapops.hooks.review import (
     diff_paths, plot_report, render_markdown, render_text, setup_repo, textconv_lines,
 )
@@ -165,22 +164,11 @@ def test_textconv_of_wtxt_matches_chunks_and_numpy(tmp_path):
 
 
 def _binary_savers():
-    """Binary formats registered now (formats may land while this is written): name ->
-    (suffix, save(dict, path)). Formats that cannot be imported yet are left out."""
-    from snapops.formats.registry import HANDLER_MODULES, handler
+    """Every registered single-file binary format: name -> (suffix, save(dict, path))."""
+    from snapops.formats.registry import all_handlers
 
-    out = {"npz": (".npz", lambda arrays, path: np.savez(path, **arrays))}
-    for name in HANDLER_MODULES:
-        if name in ("wtxt", "npz", "safetensors", "aeroset"):
-            continue
-        try:
-            h = handler(name)
-        except Exception:                       # not importable (yet): test what exists
-            continue
-        if h.save is not None:
-            out[name] = (h.suffixes[0],
-                         (lambda s: lambda arrays, path: s(Snapshot.coerce(arrays), path))(h.save))
-    return out
+    return {h.name: (h.suffixes[0], h.save) for h in all_handlers()
+            if not (h.capabilities.streams_text or h.capabilities.multi_file)}
 
 
 BINARY = _binary_savers()
@@ -346,7 +334,7 @@ def test_cli_diff_formats_and_exit_codes(tmp_path, capsys):
                 "--plot", str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.md").read_text().startswith("### snapops diff")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match=r"^0$"):
         cli(["diff", "--help"])
     assert "example:" in capsys.readouterr().out
 

@@ -80,10 +80,10 @@ def test_verify_wsum_accepts_stream_pair(keys):
 
 
 def test_stream_needs_wsum_and_wsum_needs_stream():
-    with pytest.raises(RefError, match=r"^wsum \(line") as e:
+    with pytest.raises(RefError, match=r"wsum \(line 4\): root_pending file needs") as e:
         parse_wtxt(_read("g2-stream.wtxt"))
     assert e.value.check == "wsum"
-    with pytest.raises(RefError, match=r"^wsum \(line") as e:
+    with pytest.raises(RefError, match=r"wsum \(line 4\): a WSUM was") as e:
         verify_wsum(_read("g1-plain.wtxt"), _read("g2-stream.wtxt.wsum"), None)
     assert e.value.check == "wsum"
 
@@ -96,11 +96,11 @@ def test_flipped_base64_char_is_parity_or_crc():
     old = data[pos]
     # different low nibble -> the line's parity nibble no longer matches
     new = b"0" if (old ^ ord("0")) & 0xF else b"1"
-    with pytest.raises(RefError, match=r"^parity \(line") as e:
+    with pytest.raises(RefError, match=r"parity \(line 7\): bias chunk 0") as e:
         parse_wtxt(_flip(data, pos, new))
     assert (e.value.check, e.value.line_no) == ("parity", line_no)
     # swapping case keeps the low nibble: parity passes, crc32c on the ch line catches it
-    with pytest.raises(RefError, match=r"^crc32c \(line") as e:
+    with pytest.raises(RefError, match=r"crc32c \(line 6\): bias chunk 0") as e:
         parse_wtxt(_flip(data, pos, bytes([old ^ 0x20])))
     assert (e.value.check, e.value.line_no) == ("crc32c", 6)
 
@@ -108,7 +108,7 @@ def test_flipped_base64_char_is_parity_or_crc():
 def test_changed_merkle_prev_is_merkle_failure():
     data = _read("g1-plain.wtxt")
     bad = data.replace(b"merkle_prev=" + b"0" * 64, b"merkle_prev=" + b"1" * 64, 1)
-    with pytest.raises(RefError, match=r"^merkle \(line") as e:
+    with pytest.raises(RefError, match=r"merkle \(line 4\): merkle_this does not") as e:
         parse_wtxt(bad)
     assert (e.value.check, e.value.line_no) == ("merkle", 4)
 
@@ -119,7 +119,7 @@ def test_noncanonical_padding_rejected():
     assert b"\nQQ== 0\n" in good  # Q^Q^=^= = 0
     bad = good.replace(b"\nQQ== 0\n", b"\nQR== 3\n")  # Q^R = 0x51^0x52 = 3
     assert base64.b64decode(b"QR==") == b"A"
-    with pytest.raises(RefError, match=r"^base64 \(line") as e:
+    with pytest.raises(RefError, match=r"base64 \(line 6\): x chunk 0") as e:
         parse_wtxt(bad)
     assert e.value.check == "base64"
 
@@ -132,26 +132,26 @@ def test_noncanonical_signature_base64_rejected():
     last = alphabet[alphabet.index(sig[-3]) + 1:][:1]
     bad_sig = sig[:-3] + last + b"=="
     assert base64.b64decode(bad_sig) == base64.b64decode(sig)
-    with pytest.raises(RefError, match=r"^signature \(line") as e:
+    with pytest.raises(RefError, match=r"signature \(line 5\): ed25519= is not") as e:
         parse_wtxt(data.replace(sig, bad_sig))
     assert e.value.check == "signature"
 
 
 def test_wrong_hmac_key_and_wrong_public_key(keys):
     data = _read("g1-sealed.wtxt")
-    with pytest.raises(RefError, match=r"^hmac \(line") as e:
+    with pytest.raises(RefError, match=r"hmac \(line 6\): bias: salt is") as e:
         parse_wtxt(data, hmac_key=b"\x01" * 32)
     assert e.value.check == "hmac"
-    with pytest.raises(RefError, match=r"^hmac \(line") as e:
+    with pytest.raises(RefError, match=r"hmac \(line 5\): bias: unauthenticated \(hmac") as e:
         parse_wtxt(_read("g1-plain.wtxt"), hmac_key=keys["hmac"])
     assert e.value.check == "hmac"
-    with pytest.raises(RefError, match=r"^signature \(line") as e:
+    with pytest.raises(RefError, match=r"signature \(line 4\): no sign line") as e:
         parse_wtxt(_read("g1-plain.wtxt"), public_key_pem=keys["pub"])
     assert e.value.check == "signature"
 
 
 def test_delta_for_wrong_base_rejected():
-    with pytest.raises(RefError, match=r"^sha256_all \(line") as e:
+    with pytest.raises(RefError, match=r"sha256_all \(line 1\): delta base_sha256_all does") as e:
         apply_delta(_read("g1-plain.wtxt"), _read("g1-to-g2.wtxtdelta"))
     assert e.value.check == "sha256_all"
 
@@ -161,7 +161,7 @@ def test_delta_for_wrong_base_rejected():
     {"c": np.zeros(2, dtype=np.complex64)}, {"layer.0.weight": np.zeros(2)},
 ])
 def test_writer_refuses_unsupported(bad):
-    with pytest.raises(ValueError, match=r"^array (name |'[a-z]+': unsupported dtype)"):
+    with pytest.raises(ValueError, match=r"unsupported dtype|is not \[A-Za-z0-9_\]\+"):
         write_wtxt(bad, gen=1, **COMMON)
 
 

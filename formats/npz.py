@@ -1,0 +1,210 @@
+"""``.npz`` (numpy's zip of ``.npy`` members), read and written without pickle.
+
+Written deterministically (members in byte-wise name order, stored, fixed timestamps) and in
+file order, so the file's SHA-256 comes from the write itself. numpy has no bf16 or float8:
+those arrays are stored as the unsigned integer of their width, and a ``snapops.json`` member
+records the logical dtypes (and ``gen``/``ts``/``build`` and other metadata), so ``load``
+restores them; ``np.load`` sees the raw integers and that member. Every member's CRC-32 is
+checked on read (accidental corruption; it is no seal). Sizes are bounded before allocation.
+
+>>> import ml_dtypes
+>>> _ = FORMAT.save({"w": np.ones(3, ml_dtypes.bfloat16), "n": np.arange(2)}, "s.npz", gen=2)
+>>> snap = FORMAT.load("s.npz")
+>>> snap["w"].dtype.name, snap.meta["gen"], np.load("s.npz")["w"].dtype
+('bfloat16', 2, dtype('uint16'))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .atomic import atomic_write_digest
+from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
+from .dtypes import DTYPES
+from .errors import DataError, FormatError, LimitError, TruncatedError
+from .model import ArrayMapping, Snapshot
+from .report import Report
+
+META_MEMBER = "snapops.json"
+MAX_META = 1 << 20
+MAX_HEADER = 1 << 16
+DEFLATE_RATIO = 1032           # deflate's largest expansion: a bomb claims more than this
+# what zipfile and numpy raise on damaged archives (NotImplementedError: a compression
+# method a flipped bit invented)
+ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
+              NotImplementedError, zipfile.LargeZipFile)
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+class NpzArrays(ArrayMapping):
+    """An open ``.npz``: member headers parsed; ``[name]`` reads one member (CRC checked)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+        except ZIP_ERRORS as exc:
+            raise FormatError("not a readable .npz archive", path=path, got=str(exc)) from exc
+        try:
+            self.size = os.path.getsize(path)
+            self.members = {i.filename[:-4]: i for i in self.zip.infolist()
+                            if i.filename.endswith(".npy")}
+            self.names = sorted(self.members)
+            self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+            self.meta = self._read_meta()
+        except BaseException:
+            self.zip.close()
+            raise
+
+    def _read_meta(self) -> dict:
+        info = next((i for i in self.zip.infolist() if i.filename == META_MEMBER), None)
+        if info is None:
+            return {}
+        if info.file_size > MAX_META:
+            raise LimitError(f"{META_MEMBER} too large", path=self.path,
+                             expected=f"<= {MAX_META} bytes", got=info.file_size)
+        data = self._read(info, MAX_META)
+        try:
+            meta = json.loads(data)
+        except ValueError as exc:
+            raise FormatError(f"{META_MEMBER} is not JSON", path=self.path) from exc
+        if not isinstance(meta, dict):
+            raise FormatError(f"{META_MEMBER} must hold an object", path=self.path,
+                              got=type(meta).__name__)
+        return meta
+
+    def _read(self, info: zipfile.ZipInfo, limit: int, skip: int = 0) -> bytes:
+        try:
+            with self.zip.open(info) as member:
+                member.read(skip)
+                data = member.read(limit + 1)
+        except ZIP_ERRORS as exc:
+            raise FormatError("damaged member", path=self.path, array=info.filename,
+                              got=str(exc), check="crc32") from exc
+        return data
+
+    def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+        dtype, shape, _ = self._spec(name)
+        return dtype, shape
+
+    def _spec(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
+        if name not in self._specs:
+            self._specs[name] = self._parse_header(name)
+        return self._specs[name]
+
+    def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
+        info = self.members[name]
+        _check_declared(info, self.path)
+        fmt = np.lib.format
+        try:
+            with self.zip.open(info) as member:
+                version = fmt.read_magic(member)
+                reader = {(1, 0): fmt.read_array_header_1_0,
+                          (2, 0): fmt.read_array_header_2_0}.get(version)
+                if reader is None:
+                    raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
+                shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
+                offset = member.tell()
+        except ZIP_ERRORS as exc:
+            raise FormatError("not a readable .npy member", path=self.path, array=name,
+                              got=str(exc)) from exc
+        if dtype.hasobject or fortran:
+            raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
+                              path=self.path, array=name, got=str(dtype))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes + offset != info.file_size:
+            raise FormatError("member size disagrees with its .npy header", path=self.path,
+                              array=name, expected=str(nbytes + offset), got=info.file_size)
+        return dtype, tuple(shape), offset
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self.members:
+            raise FormatError("no such array", path=self.path, array=name)
+        dtype, shape, offset = self._spec(name)
+        nbytes = self.members[name].file_size - offset
+        data = self._read(self.members[name], nbytes, skip=offset)
+        if len(data) != nbytes:
+            raise TruncatedError(path=self.path, array=name, expected=f"{nbytes} bytes",
+                                 got=len(data))
+        return np.frombuffer(data, dtype).reshape(shape)
+
+    def close(self) -> None:
+        self.zip.close()
+
+
+def _check_declared(info: zipfile.ZipInfo, path: str) -> None:
+    """A member may not claim more bytes than its compressed size can expand to."""
+    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else \
+        info.compress_size * DEFLATE_RATIO + 1024
+    if info.file_size > limit:
+        raise LimitError("member claims more bytes than it can hold", path=path,
+                         array=info.filename, expected=f"<= {limit}", got=info.file_size)
+
+
+def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
+    """Members in byte-wise name order, stored, with fixed timestamps (equal input, equal
+    bytes); ``out`` may be unseekable (zip data descriptors)."""
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name in snapshot.sorted_names():
+            info = zipfile.ZipInfo(name + ".npy", date_time=_EPOCH)
+            array = np.asarray(snapshot.arrays[name])
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array if array.flags.c_contiguous
+                                          else array.copy(order="C"), allow_pickle=False)
+        if snapshot.meta:
+            archive.writestr(zipfile.ZipInfo(META_MEMBER, date_time=_EPOCH),
+                             json.dumps(snapshot.meta, sort_keys=True).encode())
+
+
+class Npz(SnapshotFormat):
+    name = "npz"
+    title = "npz"
+    suffixes = (".npz",)
+    capabilities = Capabilities(
+        native_dtypes=frozenset(n for n in DTYPES if n != "bf16" and not n.startswith("f8")),
+        integrity=frozenset({"structure", "data"}))
+
+    def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
+        _json_meta(snapshot.meta)
+        with atomic_write_digest(path, stable=True) as out:
+            write_npz(out, snapshot)
+        return self.result(path, snapshot, out.size, out.hexdigest())
+
+    def _load(self, path: str, options: VerifyOptions) -> Snapshot:
+        with NpzArrays(path) as archive:
+            return Snapshot({n: archive[n] for n in archive.names}, dict(archive.meta))
+
+    def _open(self, path: str) -> tuple[ArrayMapping, dict]:
+        archive = NpzArrays(path)
+        return archive, dict(archive.meta)
+
+    def _verify(self, path: str, options: VerifyOptions) -> Report:
+        def read_all() -> tuple[int, int]:
+            snap = self._load(path, options)
+            return len(snap), snap.nbytes
+
+        return self.checked(path, read_all, ("structure", "crc32"),
+                            "npz members carry a CRC-32 (accidental damage), no seal")
+
+    def _inspect(self, path: str) -> dict:
+        with NpzArrays(path) as archive:
+            return {"file_size": archive.size, "meta": dict(archive.meta),
+                    "header": {"members": len(archive.zip.infolist()),
+                               "arrays": len(archive.names)},
+                    "arrays": [{"name": n, "stored_bytes": archive.members[n].compress_size}
+                               for n in archive.names]}
+
+
+def _json_meta(meta: dict) -> None:
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"npz: snapshot meta is not JSON-serialisable: {exc}") from None
+
+
+FORMAT = Npz()

@@ -1,0 +1,152 @@
+"""``.pt`` / ``.pth``: torch state_dicts, read with ``torch.load(weights_only=True)`` only.
+
+torch is optional: it is imported when a ``.pt`` file is read or written. A file must hold a
+mapping of tensors; nested mappings are flattened with ``.`` (``{"enc": {"w": t}}`` ->
+``enc.w``) and any other leaf (a number, a string, a list) is refused by name. ``save`` writes
+an ``OrderedDict`` in byte-wise name order through ``torch.save`` to a stream, in file order:
+the same input gives the same bytes (checked across processes by the tests). ``gen``/``ts``/
+``build`` and other metadata go to the state_dict's ``_metadata["@snapops"]``, which
+``model.load_state_dict`` ignores. ``verify`` checks the structure and the zip's CRC-32 of
+every record (accidental damage); a ``.pt`` file has no seal.
+
+>>> import torch
+>>> _ = FORMAT.save({"layer.0.weight": torch.ones(2, dtype=torch.bfloat16)}, "m.pt", gen=5)
+>>> snap = FORMAT.load("m.pt")
+>>> snap["layer.0.weight"].dtype.name, snap.meta["gen"]
+('bfloat16', 5)
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+import zipfile
+from typing import Any, Mapping
+
+from .atomic import atomic_write_digest
+from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
+from .dtypes import DTYPES
+from .errors import FormatError
+from .model import ArrayMapping, Snapshot
+from .report import Report
+from .tensors import is_tensor, numpy_to_tensor, tensor_to_numpy
+
+META_KEY = "@snapops"       # no module path can be named this: load_state_dict never reads it
+MAX_DEPTH = 32
+
+
+def read_state(path: str) -> tuple[dict[str, Any], dict]:
+    """The flat ``name -> tensor`` mapping of a ``.pt`` file (mmapped when it is a zip) and
+    its snapops metadata."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as warned:   # a damaged file's warnings
+        warnings.simplefilter("always")                    # become part of its error
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True,
+                             mmap=zipfile.is_zipfile(path))
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
+        except Exception as exc:  # torch's reader documents no error types for bad input
+            # (seen: UnpicklingError, RuntimeError, struct.error, KeyError, EOFError...)
+            said = "; ".join(str(w.message)[:100] for w in warned)
+            raise FormatError("not a .pt state_dict torch can load with weights_only=True",
+                              path=path, got=f"{type(exc).__name__}: {str(exc)[:200]}"
+                              + (f" (torch warned: {said})" if said else "")) from exc
+    if not isinstance(obj, Mapping):
+        raise FormatError("a .pt file must hold a mapping of tensors (a state_dict)",
+                          path=path, got=type(obj).__name__)
+    meta = getattr(obj, "_metadata", None)
+    meta = meta.get(META_KEY, {}) if isinstance(meta, Mapping) else {}
+    flat: dict[str, Any] = {}
+    _flatten(obj, "", flat, path, 0)
+    return flat, dict(meta) if isinstance(meta, Mapping) else {}
+
+
+def _flatten(obj: Mapping, prefix: str, out: dict, path: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise FormatError("state_dict nests too deeply", path=path, got=prefix)
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if not isinstance(key, str):
+            raise FormatError("state_dict keys must be strings", path=path, got=repr(key))
+        if isinstance(value, Mapping):
+            _flatten(value, name + ".", out, path, depth + 1)
+        elif is_tensor(value):
+            if name in out:
+                raise FormatError("two entries flatten to one name", path=path, array=name)
+            out[name] = value
+        else:
+            raise FormatError("state_dict entry is not a tensor (refused: only tensors and "
+                              "nested mappings of tensors are read)", path=path, array=name,
+                              got=type(value).__name__)
+
+
+class PtArrays(ArrayMapping):
+    """The tensors of a ``.pt`` file (mapped, converted to numpy one at a time)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tensors, self.meta = read_state(path)
+        self.names = sorted(self.tensors)
+
+    def array(self, name: str):
+        return tensor_to_numpy(self.tensors[name], name)
+
+
+class Pt(SnapshotFormat):
+    name = "pt"
+    title = "pt"
+    suffixes = (".pt", ".pth")
+    capabilities = Capabilities(
+        native_dtypes=frozenset(DTYPES),
+        integrity=frozenset({"structure", "data"}))
+
+    def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
+        import torch
+
+        state = collections.OrderedDict(
+            (name, numpy_to_tensor(snapshot.arrays[name])) for name in snapshot.sorted_names())
+        state._metadata = {META_KEY: dict(snapshot.meta)}    # type: ignore[attr-defined]
+        with atomic_write_digest(path) as out:
+            torch.save(state, out)
+        return self.result(path, snapshot, out.size, out.hexdigest())
+
+    def _load(self, path: str, options: VerifyOptions) -> Snapshot:
+        arrays = PtArrays(path)
+        return Snapshot({n: arrays.array(n).copy() for n in arrays.names}, arrays.meta)
+
+    def _open(self, path: str) -> tuple[ArrayMapping, dict]:
+        arrays = PtArrays(path)
+        return arrays, dict(arrays.meta)
+
+    def _verify(self, path: str, options: VerifyOptions) -> Report:
+        def check() -> tuple[int, int]:
+            arrays = PtArrays(path)
+            _check_crcs(path)
+            return len(arrays.names), sum(int(t.nbytes) for t in arrays.tensors.values())
+
+        return self.checked(path, check, ("structure", "crc32"),
+                            ".pt files carry no seal: the zip's CRC-32 finds accidental damage, "
+                            "not tampering")
+
+    def _inspect(self, path: str) -> dict:
+        arrays = PtArrays(path)
+        return {"meta": dict(arrays.meta), "header": {"tensors": len(arrays.names),
+                                                      "zip": zipfile.is_zipfile(path)}}
+
+
+def _check_crcs(path: str) -> None:
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise FormatError("damaged zip", path=path, got=str(exc), check="crc32") from exc
+    if bad is not None:
+        raise FormatError("a record does not match its CRC-32", path=path, got=bad,
+                          check="crc32")
+
+
+FORMAT = Pt()

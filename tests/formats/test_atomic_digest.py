@@ -1,0 +1,68 @@
+"""The digest of what an atomic writer wrote, computed on the way (formats.atomic)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from snapops.formats.atomic import DigestingFile, atomic_write_digest
+
+
+def pieces() -> list[bytes]:
+    rng = np.random.default_rng(1)
+    sizes = [3, 1 << 20, 17, 600 << 10, 2 << 20, 5]     # inline and helper-thread pieces
+    return [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_digest_of_sequential_writes_is_the_file_digest(tmp_path, stable):
+    path = tmp_path / "x.bin"
+    with atomic_write_digest(path, stable=stable) as f:
+        for piece in pieces():
+            f.write(memoryview(piece))
+    data = path.read_bytes()
+    assert (f.size, f.hexdigest()) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_a_reused_buffer_is_safe_without_stable(tmp_path):
+    buffer = bytearray(1 << 20)
+    with atomic_write_digest(tmp_path / "x.bin") as f:
+        for value in range(4):
+            buffer[:] = bytes([value]) * len(buffer)
+            f.write(buffer)
+    assert f.hexdigest() == hashlib.sha256((tmp_path / "x.bin").read_bytes()).hexdigest()
+
+
+def test_patched_files_are_read_back_once(tmp_path):
+    path = tmp_path / "x.bin"
+    with atomic_write_digest(path, seekable=True) as f:
+        f.write(bytes(8))
+        for piece in pieces():
+            f.write(piece)
+        f.seek(0)
+        f.write(b"HEADER!!")
+        f.seek(0, 2)
+    data = path.read_bytes()
+    assert data.startswith(b"HEADER!!") and f.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_sequential_files_cannot_seek(tmp_path):
+    with atomic_write_digest(tmp_path / "x.bin") as f:
+        with pytest.raises(OSError, match="seek"):
+            f.seek(0)
+
+
+def test_a_failed_write_leaves_no_file_and_no_thread(tmp_path):
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        with atomic_write_digest(tmp_path / "x.bin", stable=True) as f:
+            f.write(bytes(2 << 20))
+            raise RuntimeError("disk on fire")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_digest_before_finish_is_an_error(tmp_path):
+    with open(tmp_path / "x.bin", "wb") as raw:
+        with pytest.raises(RuntimeError, match="before the file was finished"):
+            DigestingFile(raw).hexdigest()
