@@ -19,8 +19,8 @@ from snapops.formats.model import Snapshot
 from snapops.formats.report import Report
 
 __version__ = "0.1.0"
-__all__ = ["Snapshot", "Snapshotter", "Report", "load", "save", "verify", "SnapopsError",
-           "FormatError"]
+__all__ = ["Snapshot", "Snapshotter", "Shard", "Report", "load", "save", "verify",
+           "SnapopsError", "FormatError"]
 
 
 def __getattr__(name: str):
@@ -28,6 +28,10 @@ def __getattr__(name: str):
         from snapops.daemon.client import Snapshotter
 
         return Snapshotter
+    if name == "Shard":  # a rank's box of a global array: Shard(local, global_shape=, offsets=)
+        from snapops.formats.generation.plan import Shard
+
+        return Shard
     raise AttributeError(f"module 'snapops' has no attribute {name!r}")
 
 
