@@ -13,7 +13,7 @@ from snapops.formats.errors import ConfigError
 
 from .schema import FORMATS, POLICIES, Config, RemoteConfig
 
-SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push")
+SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push", "cluster")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
@@ -26,9 +26,9 @@ MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max":
            "push.jitter": 0.0, "push.timeout": 1.0, "daemon.poll_interval": 0.05,
            "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0,
            "daemon.max_attempts": 1, "daemon.retry_initial": 0.0, "daemon.retry_max": 0.0,
-           "daemon.abandon_after": 0.0}
+           "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0}
 
-MAXIMUM = {"repo.compression": 9, "daemon.nice": 19}
+MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
 
 def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,

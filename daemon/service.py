@@ -6,6 +6,11 @@ through the lifecycle table and advances every generation it can, in gen order. 
 it finishes is a WAL record, so a restart (after SIGKILL, power loss, ...) resumes exactly:
 serialization is deterministic and starts from the last commit, commits are idempotent by
 tag, and committed generations go back into the resend queue.
+
+Multi-rank runs (``[cluster]``): a generation is ready once every rank's part is spooled
+(:mod:`snapops.daemon.ranks`); one that waited ``rank_timeout`` for missing ranks is dropped
+naming them. Multi-node runs: a contributor node pushes its part instead of committing, the
+committer takes the other nodes' parts in and assembles them (:mod:`snapops.daemon.nodes`).
 """
 
 from __future__ import annotations
@@ -22,15 +27,22 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
+from snapops.formats.generation.manifest import gen_text
+from snapops.formats.generation.plan import LayoutError
+from snapops.formats.generation.source import FolderSource
+from snapops.formats.generation.verify import GenerationOptions, verify_generation
 
 from .client import WAL_NAME
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
 from .redact import redact_data, redact_url
-from .serialize import Sealing, ledger_path, run_dir, serialize_generation
-from .spool import Spool, spool_files, spool_name
+from .nodes import NodeGit, PartExchange, build_part, forget_part, part_ref, publish_part
+from .parts import PartHeader
+from .ranks import Cluster, OpenedParts, gen_since, open_local_parts, overdue
+from .serialize import Sealing, generation_spec, ledger_path, run_dir, serialize_generation
+from .spool import spool_files
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
 from .worktree import configure_repo, restore_paths, set_delta_attributes
-from .writers import DEFAULT_WRITER, retire_unfinished, try_writer_lock
+from .writers import retire_unfinished, try_writer_lock
 
 log = logging.getLogger("snapops.daemon")
 MAX_FAILURES = 20
@@ -51,12 +63,14 @@ class Daemon:
         self.stop_event = threading.Event()
         self.signalled = False  # set by the signal handler: no locks in a handler
         self.wake = threading.Event()
-        self.state = WalState()
+        self.cluster = Cluster.from_config(config)
+        self.state: WalState = self.cluster.state()
+        self.exchange: PartExchange | None = None  # a committer's intake of other nodes' parts
         self.failures: list[dict] = []
         self.retry_at = 0.0
         self.consecutive_failures = 0
         self.attempts: dict[int, int] = {}        # gen -> failed attempts counted to its drop
-        self.waiting_since: dict[int, float] = {}  # gen in REQ -> when this daemon saw it
+        self.waiting_since: dict[tuple[int, str], float] = {}  # (gen, rank) in REQ -> seen at
         self.unspooled: list[dict] = []            # those requests, for the status
         self.cleaned: list[str] = []               # leftover temp files removed at start
         self.started = clock()
@@ -85,13 +99,14 @@ class Daemon:
                                on_pushed=self._on_pushed, run=self.config.snapshot.run)
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
+        self.git = NodeGit(self.repo_dir, self.config.push.timeout)
+        if self.cluster.multi_node and self.cluster.committer:
+            self.exchange = PartExchange(self.git, self.cluster, self.config.snapshot.run,
+                                         self.config.snapshot.format, self.sealing.hmac_key)
         observer = self._watch()
         try:
             self._sync_state()
-            for gen in self.state.in_state(COMMITTED, PUSHED):
-                missing = self.remotes - gen.pushed
-                if missing:
-                    self.pushq.enqueue(gen.gen, remotes=sorted(missing))
+            self._requeue_pushes()
             self.pushq.start()
             log.info("daemon started: spool=%s repo=%s remotes=%s", self.spool_dir,
                      self.repo_dir, ",".join(sorted(self.remotes)) or "-")
@@ -165,6 +180,18 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
 
+    def _requeue_pushes(self) -> None:
+        """Committed generations go back into the resend queue for the remotes they lack; a
+        contributor's COMMITTED means its part is on the remote already."""
+        for gen in self.state.in_state(COMMITTED, PUSHED):
+            missing = self.remotes - gen.pushed
+            if not missing:
+                continue
+            if self.cluster.committer:
+                self.pushq.enqueue(gen.gen, remotes=sorted(missing))
+            elif self.cluster.remote.name in missing:
+                self._record(PUSHED, gen.gen, remote=self.cluster.remote.name)
+
     # --- one pass --------------------------------------------------------------------------
     def _sync_state(self) -> None:
         for record in self.reader.read_new():
@@ -173,6 +200,9 @@ class Daemon:
     def step(self) -> None:
         self._sync_state()
         self._retire_abandoned()
+        if self.exchange is not None:
+            self.exchange.poll(self.state, self._record)
+        self._drop_overdue()
         if self.clock() >= self.retry_at:
             for gen in self._ready():
                 if self.stopping() or not self._advance(gen):
@@ -195,7 +225,8 @@ class Daemon:
         return ready
 
     def _advance(self, gen: int) -> bool:
-        """Serialize, seal, ledger and commit ``gen`` (or drop it); False to stop this pass."""
+        """Serialize, seal, ledger and commit ``gen`` (a contributor: push its part), or drop
+        it; False to stop this pass."""
         record = self.state.gens[gen]
         if record.problem:
             return self._drop(gen, "bad_record", record.problem)
@@ -203,11 +234,14 @@ class Daemon:
         if gen <= newest:
             return self._drop(gen, "out_of_order", f"gen {gen} after committed gen {newest}")
         try:
-            spool, arrays = self._load_spool(gen, record.fields.get("file", spool_name(gen)))
+            opened = open_local_parts(self.spool_dir, record, self.cluster)
         except FormatError as exc:
             return self._drop(gen, "bad_spool", exc)
         try:
-            commit, tag = self._commit(gen, spool.meta, arrays)
+            done = self._commit(gen, opened) if self.cluster.committer else \
+                self._contribute(gen, opened)
+        except LayoutError as exc:
+            return self._drop(gen, "bad_layout", exc)
         except DataError as exc:
             return self._drop(gen, "unserializable", exc)
         except (OSError, GitError) as exc:  # disk, permissions, git: not this gen's fault
@@ -217,31 +251,15 @@ class Daemon:
                 log.exception("gen %d: unexpected error", gen)
             return self._fail(gen, "serialize/commit", exc, counted=True)
         finally:
-            del arrays
-            spool.close()
+            opened.close()
         self.consecutive_failures = 0
         self.attempts.pop(gen, None)
-        self.pushq.enqueue(gen)
-        log.info("gen %d committed %s (%s)", gen, commit[:12], tag)
+        if self.cluster.committer:
+            self.pushq.enqueue(gen)
+        log.info("gen %d committed %s (%s)", gen, done[0][:12], done[1])
         return True
 
-    def _load_spool(self, gen: int, name: str) -> tuple[Spool, dict]:
-        """The spool of ``gen`` and its CRC-checked arrays: a plain file name in the spool
-        folder (the WAL grammar allows no ``/``; checked again here), a regular file opened
-        without blocking, holding the same gen. FormatError otherwise."""
-        if "/" in name or name in ("", ".", ".."):
-            raise FormatError(path=name, expected="a file name in the spool folder", got=name)
-        spool = Spool(self.spool_dir / name)
-        try:
-            if spool.gen != gen:
-                raise FormatError(path=spool.path, expected=f"the spool of gen {gen}",
-                                  got=f"gen {spool.gen}")
-            return spool, spool.arrays(check=True)
-        except BaseException:
-            spool.close()
-            raise
-
-    def _commit(self, gen: int, meta: dict, arrays: dict) -> tuple[str, str]:
+    def _commit(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
         tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
         done = self.repo.tag_commit(tag)
         if done is not None:  # committed before a crash took the COMMITTED record with it:
@@ -251,9 +269,16 @@ class Daemon:
         restore_paths(self.repo_dir, self.config.repo.branch,
                       [run_dir(self.config), ledger_path(self.config)])
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
-        ts = meta.get("ts") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        written = serialize_generation(self.repo_dir, gen, arrays, ts, self.config,
-                                       self.sealing, previous)
+        received, ts = (), opened.ts
+        if self.exchange is not None:
+            received, remote_ts = self.exchange.received(self.state.gens[gen],
+                                                         self.repo_dir / run_dir(self.config))
+            ts = min(filter(None, (ts, remote_ts)), default=None)
+        ts = ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        written = serialize_generation(self.repo_dir, gen, opened.ranks, ts, self.config,
+                                       self.sealing, previous, received=received)
+        if received:  # other nodes' bytes: the whole generation is checked before it lands
+            self._verify_worktree()
         if self.state.gens[gen].state == SPOOLED:
             self._record(SERIALIZED, gen, merkle=written.merkle_this)
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "
@@ -263,19 +288,43 @@ class Daemon:
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
         return commit, tag
 
+    def _verify_worktree(self) -> None:
+        report = verify_generation(FolderSource(self.repo_dir), self.config.snapshot.run,
+                                   GenerationOptions(hmac_key=self.sealing.hmac_key))
+        if not report.ok:
+            raise report.failure
+
+    def _contribute(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
+        """A contributor node's generation: its ranks' part, pushed to its part ref."""
+        node, remote = self.cluster.node, self.cluster.remote
+        ref = part_ref(self.config.snapshot.run, gen, node)
+        scratch = self.state_dir / "parts" / gen_text(gen)
+        ts = opened.ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        header = PartHeader(self.config.snapshot.run, gen, node, self.cluster.world,
+                            tuple(sorted(self.cluster.local)), ts, self.config.snapshot.format)
+        commit = build_part(self.git, scratch, generation_spec(self.config, self.sealing), header,
+                            opened.ranks, self.sealing.hmac_key)
+        if self.state.gens[gen].state == SPOOLED:
+            self._record(SERIALIZED, gen, commit=commit, ref=ref)
+        publish_part(self.git, remote.url, ref, commit)
+        self._record(COMMITTED, gen, commit=commit, ref=ref)
+        self._record(PUSHED, gen, remote=remote.name)
+        forget_part(self.git, scratch, ref)
+        return commit, ref
+
     def _record(self, event: str, gen: int, **fields) -> None:
         self.wal.append(event, gen, **fields)
         self.wal.sync()
         self._sync_state()
 
-    def _drop(self, gen: int, reason: str, why: Exception | str) -> bool:
+    def _drop(self, gen: int, reason: str, why: Exception | str, **fields) -> bool:
         """Record ``gen`` DROPPED with ``reason`` and the error; True: go on with later gens."""
         log.error("gen %d dropped (%s): %s", gen, reason, why)
         self._note_failure(gen, reason, why)
         self.attempts.pop(gen, None)
         if self.state.gens[gen].state in UNFINISHED:
             try:
-                self._record(DROPPED, gen, reason=reason, error=error_token(why))
+                self._record(DROPPED, gen, reason=reason, error=error_token(why), **fields)
             except WalError as exc:  # disk full: the drop is retried on the next pass
                 log.error("cannot record the drop of gen %d: %s", gen, exc)
                 return False
@@ -304,14 +353,17 @@ class Daemon:
 
     # --- writers that died -----------------------------------------------------------------
     def _retire_abandoned(self) -> None:
-        """Retire requests that waited ``abandon_after`` seconds for SPOOLED and whose writer
-        is gone (its lock is free: taken here while retiring, so it cannot come back)."""
+        """Retire requested parts of this machine's ranks that waited ``abandon_after``
+        seconds for SPOOLED and whose writer is gone (its lock is free: taken here while
+        retiring, so it cannot come back)."""
         now, due = self.clock(), {}
-        waiting = {g.gen: g for g in self.state.in_state(REQ)}
-        self.waiting_since = {gen: self.waiting_since.get(gen, now) for gen in waiting}
-        self.unspooled = [{"gen": gen, "writer": record.fields.get("w", DEFAULT_WRITER),
-                           "waiting_s": round(now - self.waiting_since[gen], 1),
-                           "writer_alive": None} for gen, record in sorted(waiting.items())]
+        local = {str(r) for r in self.cluster.local}
+        waiting = {(g.gen, rank): part for g in self.state.in_state(REQ)
+                   for rank, part in g.parts.items() if part.state == REQ and rank in local}
+        self.waiting_since = {key: self.waiting_since.get(key, now) for key in waiting}
+        self.unspooled = [{"gen": gen, "writer": rank,
+                           "waiting_s": round(now - self.waiting_since[(gen, rank)], 1),
+                           "writer_alive": None} for gen, rank in sorted(waiting)]
         for entry in self.unspooled:
             if entry["waiting_s"] >= self.config.daemon.abandon_after:
                 due.setdefault(entry["writer"], []).append(entry["gen"])
@@ -332,6 +384,18 @@ class Daemon:
         if due:
             self._sync_state()
 
+    def _drop_overdue(self) -> None:
+        """Drop generations whose missing ranks did not deliver within ``rank_timeout`` (not
+        while the parts remote is unreachable: their parts may be waiting there)."""
+        if self.exchange is not None and not self.exchange.reachable:
+            return
+        for gen, missing in overdue(self.state, self.cluster, self.clock()).items():
+            refused = [f"node {node}: {why}" for (g, node), why in
+                       (self.exchange.refused.items() if self.exchange else ()) if g == gen]
+            why = f"ranks {','.join(missing)} of {self.cluster.world} did not deliver within " \
+                  f"{self.cluster.timeout:g}s" + (f" ({'; '.join(refused)})" if refused else "")
+            self._drop(gen, "missing_ranks", why, missing="+".join(missing))
+
     def _remove_leftovers(self) -> None:
         """Temp files of writers killed mid-write, in the folders this daemon serves."""
         for folder, recursive in ((self.spool_dir, False), (self.state_dir, False),
@@ -351,11 +415,13 @@ class Daemon:
 
     # --- retention and status --------------------------------------------------------------
     def _retain(self) -> None:
-        """Keep spool files of the last K generations; older ones once committed or dropped."""
-        keep = self.config.repo.retention
+        """Keep spool files of the last K generations (every rank's part of them); older
+        ones once committed or dropped."""
         files = spool_files(self.spool_dir)
+        gens = sorted({gen for gen, _ in files})
+        old = set(gens[:-self.config.repo.retention])
         newest = max(self.state.gens, default=-1)
-        for gen, path in files[:-keep] if len(files) > keep else []:
+        for gen, path in (item for item in files if item[0] in old):
             state = self.state.gens.get(gen)
             done = state.state in (COMMITTED, PUSHED, DROPPED) if state is not None \
                 else gen < newest  # an orphan: no request names it
@@ -376,7 +442,28 @@ class Daemon:
             wal_corrupt_lines=len(self.reader.bad),
             wal_corrupt=[{"line": n, "text": text} for n, text in self.reader.bad[-20:]],
             wal_problem=self.reader.problem, leftovers_removed=self.cleaned[:50],
-            waiting_for_spool=self.unspooled[:50]))
+            waiting_for_spool=self.unspooled[:50], waiting_for_ranks=self._waiting_for_ranks(),
+            **self._node_status()))
+
+    def _waiting_for_ranks(self) -> list[dict]:
+        """Requested generations of a multi-rank run, the ranks they wait for and for how long."""
+        if not self.cluster.ranked:
+            return []
+        now = self.clock()
+        return [{"gen": g.gen, "missing": g.missing(self.state.expect),
+                 "waiting_s": round(now - gen_since(g), 1), "timeout_s": self.cluster.timeout}
+                for g in self.state.in_state(REQ)[:50]]
+
+    def _node_status(self) -> dict:
+        if self.cluster.node is None:
+            return {}
+        out = {"node": self.cluster.node, "committer": self.cluster.committer,
+               "ranks": sorted(self.cluster.local)}
+        if self.exchange is not None:
+            out["parts_remote_reachable"] = self.exchange.reachable
+            out["parts_refused"] = [{"gen": g, "node": n, "why": why[:300]} for (g, n), why
+                                    in sorted(self.exchange.refused.items())[-20:]]
+        return out
 
     def write_status(self) -> None:
         data = json.dumps(self.status(), indent=2, sort_keys=True).encode() + b"\n"
@@ -421,7 +508,8 @@ def status_from(state: WalState, remotes: set[str], **extra) -> dict:
         "push_queue": unpushed[:50],
         "dropped": [g.gen for g in dropped],
         "dropped_details": [{"gen": g.gen, "reason": g.fields.get("reason", "unknown"),
-                             "error": g.fields.get("error"), "by": g.fields.get("by")}
+                             "error": g.fields.get("error"), "by": g.fields.get("by"),
+                             "missing": g.fields.get("missing"), "part": g.fields.get("part")}
                             for g in dropped],
         "wal_rejected": state.rejected_total,
         "wal_rejected_records": [

@@ -28,12 +28,14 @@ def run_daemon(args) -> int:
 
 def run_status(args) -> int:
     from snapops.daemon.client import WAL_NAME
+    from snapops.daemon.ranks import Cluster
     from snapops.daemon.service import status_from
     from snapops.daemon.wal import replay
 
     config = _config(args)
     state_file = resolve(config, config.daemon.state_dir) / "status.json"
-    wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME)
+    wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME,
+                               **Cluster.from_config(config).wal_scope())
     status = status_from(wal_state, {r.name for r in config.repo.remotes})
     try:
         daemon = json.loads(state_file.read_text())
