@@ -187,7 +187,10 @@ def _piece(r: _Lines, m: re.Match) -> RankPiece:
     elif "-" in values:
         r.fail("all partial statistics or none", m.group(0), line=r.no)
     else:
-        floats = [float(v) for v in values[:4]]
+        try:
+            floats = [float(v) for v in values[:4]]
+        except ValueError:
+            floats = []
         if [repr(f) for f in floats] != values[:4] or any(math.isnan(f) for f in floats):
             r.fail("partial statistics as Python writes floats (no nan)", m.group(0), line=r.no)
         partial = Partial(*floats, *(int(v) for v in values[4:]))

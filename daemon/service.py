@@ -256,7 +256,9 @@ class Daemon:
         self.attempts.pop(gen, None)
         if self.cluster.committer:
             self.pushq.enqueue(gen)
-        log.info("gen %d committed %s (%s)", gen, done[0][:12], done[1])
+            log.info("gen %d committed %s (%s)", gen, done[0][:12], done[1])
+        else:
+            log.info("gen %d: part %s pushed to %s", gen, done[0][:12], done[1])
         return True
 
     def _commit(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
@@ -392,8 +394,9 @@ class Daemon:
         for gen, missing in overdue(self.state, self.cluster, self.clock()).items():
             refused = [f"node {node}: {why}" for (g, node), why in
                        (self.exchange.refused.items() if self.exchange else ()) if g == gen]
-            why = f"ranks {','.join(missing)} of {self.cluster.world} did not deliver within " \
-                  f"{self.cluster.timeout:g}s" + (f" ({'; '.join(refused)})" if refused else "")
+            why = f"ranks {','.join(missing)} (of world size {self.cluster.world}) did not " \
+                  f"deliver within {self.cluster.timeout:g}s" + \
+                  (f" ({'; '.join(refused)})" if refused else "")
             self._drop(gen, "missing_ranks", why, missing="+".join(missing))
 
     def _remove_leftovers(self) -> None:

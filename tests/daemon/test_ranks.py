@@ -92,7 +92,7 @@ def test_a_killed_rank_drops_its_generation_naming_it_and_the_restarted_world_co
         world.close()
     dropped = env.state().gens[2].fields
     assert (dropped["reason"], dropped["missing"]) == ("missing_ranks", "1")
-    assert "ranks_1_of_3_did_not_deliver_within_3s" in dropped["error"]
+    assert "ranks_1_of_world_size_3_did_not_deliver_within_3s" in dropped["error"]
     world = World(tmp_path, env.spool, 3, name="restarted")   # as torchrun restarts the job
     try:
         for gen in (3, 4):
