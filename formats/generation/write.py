@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,23 +185,30 @@ def rank_prefix(rank: int | None) -> str:
 
 def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
                ranks: dict[int | None, dict[str, Shard]], base: Manifest | None) -> PartWritten:
-    """Write (or reuse from ``base``) the shards of every rank's pieces into ``folder``."""
-    out = PartWritten(tuple(sorted(ranks, key=_rank_key)))
-    for rank in out.ranks:
-        where = _write_rank(folder, spec, gen, ts, rank, ranks[rank], base, out)
-        for name in sorted(ranks[rank], key=_name_key):
-            local = ranks[rank][name].local
-            logical, kept = dtype_name(local.dtype), dtype_name(_stored(local, spec.format).dtype)
-            out.pieces.append(RankPiece(name, rank, logical, kept if kept != logical else None,
-                                        ranks[rank][name].global_shape, tuple(where[name]),
-                                        partial_stats(local)))
+    """Write (or reuse from ``base``) the shards of every rank's pieces into ``folder``; ranks
+    are written in parallel (the codecs release the GIL), their records merged in rank order."""
+    order = sorted(ranks, key=_rank_key)
+
+    def one(rank: int | None) -> PartWritten:
+        return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base)
+
+    workers = min(len(order), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="snapops-rank") as pool:
+            done = list(pool.map(one, order))
+    else:
+        done = [one(rank) for rank in order]
+    out = PartWritten(tuple(order))
+    for part in done:
+        for name in ("shards", "files", "pieces", "paths", "dense"):
+            getattr(out, name).extend(getattr(part, name))
     return out
 
 
 def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int | None,
-                pieces: dict[str, Shard], base: Manifest | None,
-                out: PartWritten) -> dict[str, list[Part]]:
-    """The shards of one rank; returns each array's parts (boxes in global coordinates)."""
+                pieces: dict[str, Shard], base: Manifest | None) -> PartWritten:
+    """The shards of one rank and its pieces (boxes in global coordinates, partial stats)."""
+    out = PartWritten((rank,))
     arrays = {n: piece.local for n, piece in pieces.items()}
     keys = _shard_keys(arrays, spec.format)
     stored = {n: _stored(a, spec.format) for n, a in arrays.items()}
@@ -220,7 +228,12 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
             offsets = pieces[p.name].offsets
             box = tuple((lo + o, hi + o) for (lo, hi), o in zip(p.box, offsets))
             where.setdefault(p.name, []).append(Part(path, keys[p.name], box, rank))
-    return where
+    for name in sorted(arrays, key=_name_key):
+        logical, kept = dtype_name(arrays[name].dtype), dtype_name(stored[name].dtype)
+        out.pieces.append(RankPiece(name, rank, logical, kept if kept != logical else None,
+                                    pieces[name].global_shape, tuple(where[name]),
+                                    partial_stats(arrays[name])))
+    return out
 
 
 def array_records(pieces: list[RankPiece]) -> list[ArrayRecord]:
