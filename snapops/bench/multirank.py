@@ -8,8 +8,9 @@ request-to-pushed is the time from the first rank's request to the PUSHED record
 generations are run with one rank of ``--size`` bytes and with ``--ranks`` ranks of ``--size``
 bytes each, and the WAL's record times split each into spooling (first REQ to last SPOOLED),
 serializing, committing and pushing. Each rank's ``request()`` stall is compared with a memcpy
-of its part in the same process, made just before by every rank at once like the requests
-(medians over the generations after the first, which allocates the pinned buffers).
+of its part in the same process just before, one rank at a time (with a core per rank, as on a
+training machine, ranks do not compete for one), on a spool no daemon reads (medians over the
+generations after the first, which allocates the pinned buffers).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def rank_part(size: int, rank: int, world: int) -> dict:
     return part
 
 
-def _rank_main(spool: str, rank: int, world: int, size: int, start, results) -> None:
-    """One rank: memcpy baseline, then one request per generation when the parent says go."""
+def _rank_main(folder: str, rank: int, world: int, size: int, turn, start, results) -> None:
+    """One rank: request() stalls against memcpy when its turn comes, then one request per
+    generation together with the other ranks when the parent says go."""
     from snapops.daemon.client import Snapshotter
+    from snapops.daemon.spool import spool_name
 
     part = rank_part(size, rank, world)
     arrays = {n: getattr(v, "local", v) for n, v in part.items()}
@@ -61,14 +64,25 @@ def _rank_main(spool: str, rank: int, world: int, size: int, start, results) -> 
             np.copyto(copies[name], array)
 
     memcpy()
-    with Snapshotter(spool, rank=rank, world_size=world, policy="block") as snap:
+    alone = Path(folder) / "spool-stall"
+    with Snapshotter(alone, rank=rank, world_size=world, policy="block") as snap:
         for gen in range(1, GENS + 1):
-            start.wait()      # every rank copies at once, as every rank requests at once
+            turn.wait()
+            turn.clear()
             baseline = _median_time(memcpy, 3)
+            t0 = time.monotonic()
+            snap.request(part, gen)
+            stall = time.monotonic() - t0
+            snap.flush()
+            (alone / spool_name(gen, rank if world > 1 else None)).unlink()
+            results.put((rank, gen, stall, baseline))
+    with Snapshotter(Path(folder) / "spool", rank=rank, world_size=world,
+                     policy="block") as snap:
+        for gen in range(1, GENS + 1):
             start.wait()
             t0 = time.monotonic()
             snap.request(part, gen)
-            results.put((rank, gen, t0, time.monotonic() - t0, baseline))
+            results.put((rank, gen, t0))
             snap.flush()
     results.put((rank, "bytes", sum(a.nbytes for a in arrays.values())))
 
@@ -83,22 +97,23 @@ def run_world(size: int, world: int, folder: Path) -> dict:
         del os.environ["SNAPOPS_CLUSTER_WORLD_SIZE"]
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Barrier(world + 1), ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(str(folder / "spool"), r, world, size,
-                                                  start, results)) for r in range(world)]
+    turns = [ctx.Event() for _ in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(str(folder), r, world, size, turns[r], start,
+                                                  results)) for r in range(world)]
     latencies, stalls = [], {r: [] for r in range(world)}
     copies = {r: [] for r in range(world)}
     try:
         for proc in procs:
             proc.start()
         for gen in range(1, GENS + 1):
+            for rank in range(world):      # one rank at a time
+                turns[rank].set()
+                got, _, stall, baseline = results.get(timeout=600)
+                stalls[got].append(stall)
+                copies[got].append(baseline)
+        for gen in range(1, GENS + 1):
             start.wait(timeout=600)
-            start.wait(timeout=600)
-            starts = []
-            for _ in range(world):
-                rank, _, t0, stall, baseline = results.get(timeout=600)
-                starts.append(t0)
-                stalls[rank].append(stall)
-                copies[rank].append(baseline)
+            starts = [results.get(timeout=600)[2] for _ in range(world)]
             latencies.append(stack.wait_pushed(gen) - min(starts))
         sizes = {rank: nbytes for rank, _, nbytes in (results.get(timeout=600)
                                                       for _ in range(world))}
