@@ -246,12 +246,18 @@ class PartExchange:
     run: str
     format: str
     hmac_key: bytes | None
+    interval: float = 2.0                                   # seconds between two polls
     reachable: bool = True                                  # the last poll reached the remote
     refused: dict[tuple[int, str], str] = field(default_factory=dict)   # (gen, node) -> why
+    next_at: float = 0.0
 
-    def poll(self, state: WalState, record: Callable[..., None]) -> None:
-        """One round: list, sweep, take in. ``record(event, gen, **fields)`` appends to the
-        WAL. Remote failures leave ``reachable`` False (and raise nothing)."""
+    def poll(self, state: WalState, record: Callable[..., None], now: float) -> None:
+        """One round (at most one per ``interval``): list, sweep, take in.
+        ``record(event, gen, **fields)`` appends to the WAL. Remote failures leave
+        ``reachable`` False (and raise nothing)."""
+        if now < self.next_at:
+            return
+        self.next_at = now + self.interval
         url = self.cluster.remote.url
         try:
             remote = list_parts(self.git, url, self.run)

@@ -94,7 +94,8 @@ class Daemon:
         self.repo = SnapshotRepo(self.repo_dir, branch=self.config.repo.branch,
                                  author_name=self.config.repo.author_name,
                                  author_email=self.config.repo.author_email)
-        self.remotes = {r.name for r in self.config.repo.remotes}
+        self.remotes = {r.name for r in self.config.repo.remotes} if self.cluster.committer \
+            else {self.cluster.remote.name}   # a contributor pushes its parts, nothing else
         self.pushq = PushQueue(self.repo, self.config.repo.remotes, self.config.push,
                                on_pushed=self._on_pushed, run=self.config.snapshot.run)
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
@@ -102,7 +103,8 @@ class Daemon:
         self.git = NodeGit(self.repo_dir, self.config.push.timeout)
         if self.cluster.multi_node and self.cluster.committer:
             self.exchange = PartExchange(self.git, self.cluster, self.config.snapshot.run,
-                                         self.config.snapshot.format, self.sealing.hmac_key)
+                                         self.config.snapshot.format, self.sealing.hmac_key,
+                                         self.config.daemon.poll_interval)
         observer = self._watch()
         try:
             self._sync_state()
@@ -201,7 +203,7 @@ class Daemon:
         self._sync_state()
         self._retire_abandoned()
         if self.exchange is not None:
-            self.exchange.poll(self.state, self._record)
+            self.exchange.poll(self.state, self._record, self.clock())
         self._drop_overdue()
         if self.clock() >= self.retry_at:
             for gen in self._ready():
