@@ -136,3 +136,23 @@ def test_cluster_config_is_checked_as_a_whole(cluster, message):
         "cluster.committer": "a", "repo.remote": "origin=/x.git"}))
     assert ok.local == {2, 3} and not ok.committer and ok.remote.name == "origin"
     assert ok.wal_scope()["expect"] == frozenset("23")
+
+
+def test_daemon_status_reads_a_multi_rank_spool(tmp_path, capsys):
+    import json
+
+    from snapops.cli import main
+
+    path = tmp_path / "spool" / "wal.log"
+    path.parent.mkdir()
+    for rank in "01":
+        append(path, rank, REQ, 3, world=3)
+    append(path, "daemon", DROPPED, 3, reason="missing_ranks", missing="2", error="late")
+    config = tmp_path / "snapops.toml"
+    config.write_text("[cluster]\nworld_size = 3\n")
+    assert main(["daemon", "status", "--config", str(config), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["dropped_details"][0]["missing"] == "2" and status["wal_rejected"] == 0
+    config.write_text("[cluster]\nworld_size = 3\nranks = \"0-1\"\n")
+    assert main(["daemon", "status", "--config", str(config)]) == 2
+    assert "cluster.node" in capsys.readouterr().err
