@@ -14,7 +14,7 @@ from snapops.formats.errors import ConfigError
 from .schema import FORMATS, POLICIES, Config, RemoteConfig
 from .sizes import parse_size
 
-SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push")
+SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push", "cluster")
 SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold", "push.batch_bytes"}
 CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
            "daemon.log_level": ("debug", "info", "warning", "error"),
@@ -27,9 +27,9 @@ MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max":
            "push.stall_timeout": 1.0, "push.batch_bytes": 1, "repo.gc_interval": 0.0,
            "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0,
            "daemon.max_attempts": 1, "daemon.retry_initial": 0.0, "daemon.retry_max": 0.0,
-           "daemon.abandon_after": 0.0}
+           "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0}
 
-MAXIMUM = {"repo.compression": 9, "daemon.nice": 19}
+MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
 
 def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,

@@ -96,6 +96,18 @@ class PushConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    world_size: int = 1               # training ranks of the run, on every node together
+    ranks: str = ""                   # ranks whose trainers write to this daemon's spool:
+                                      # "0-3", "4,5,6,7"; "" = all of them (a single node)
+    rank_timeout: float = 300.0       # seconds a generation waits for its last ranks' parts
+                                      # after its first one arrived; then DROPPED missing_ranks
+    node: str = ""                    # this daemon's node name (multi-node runs)
+    committer: str = ""               # the node that assembles, seals and pushes generations
+    remote: str = ""                  # the [[repo.remote]] parts travel through ("": the first)
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
@@ -103,4 +115,5 @@ class Config:
     seal: SealConfig = field(default_factory=SealConfig)
     repo: RepoConfig = field(default_factory=RepoConfig)
     push: PushConfig = field(default_factory=PushConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     base_dir: str = "."               # relative paths resolve against the config file's folder

@@ -6,6 +6,11 @@ fsynced, atomic) and records SPOOLED. At most ``max_in_flight`` generations wait
 thread: with ``policy="coalesce"`` a newer request replaces the newest waiting one (recorded
 as DROPPED ... reason=coalesced), with ``policy="block"`` ``request`` waits for room.
 A failure to spool one generation (disk full) costs that generation only.
+
+Multi-rank training: each rank has its own Snapshotter (``rank=``, ``world_size=``, or taken
+from ``torch.distributed`` when it is initialised) on its machine's spool, and requests its part
+of each generation: whole arrays it owns, and :class:`Shard` s (its box of a global array). The
+daemon commits a generation once every rank's part is spooled.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ import numpy as np
 
 from snapops.formats.atomic import remove_leftover_temps
 from snapops.formats.errors import DataError, SnapopsError
+from snapops.formats.generation.plan import Shard
 
 from .lifecycle import DROPPED, REQ, SPOOLED
 from .redact import redact_url
 from .spool import spool_name, write_spool
 from .wal import Wal, WalError, error_token, replay
-from .writers import DEFAULT_WRITER, WriterLock, retire_unfinished
+from .writers import WriterLock, retire_unfinished
 
 log = logging.getLogger("snapops.client")
 WAL_NAME = "wal.log"
+MAX_WORLD = 1_000_000         # writer ids are at most 6 digits
 
 
 class SpoolFailed(SnapopsError):
@@ -44,6 +51,9 @@ class SpoolFailed(SnapopsError):
         super().__init__(f"spool writer failed for gen {gens}: {failed[-1][1]}")
 
 
+Boxes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]   # name -> (global shape, offsets)
+
+
 @dataclass
 class Pinned:
     gen: int
@@ -51,6 +61,7 @@ class Pinned:
     bf16: frozenset[str]
     ts: str
     nbytes: int
+    boxes: Boxes
 
 
 class BufferPool:
@@ -87,12 +98,16 @@ def _state_items(state: Any):
     return state.items()
 
 
-def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[str]]:
-    """Copy every array (numpy, or torch on CPU/CUDA) into host buffers the caller owns."""
-    sources, bf16 = {}, set()
+def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[str], Boxes]:
+    """Copy every array (numpy, or torch on CPU/CUDA; a Shard's local part) into host buffers
+    the caller owns; returns them, the names of bf16 arrays and the boxes of the Shards."""
+    sources, bf16, boxes = {}, set(), {}
     for name, value in _state_items(state):
         if not isinstance(name, str):
             raise DataError(f"array names must be str, got {name!r}")
+        if isinstance(value, Shard):
+            boxes[name] = (value.global_shape, value.offsets)
+            value = value.local
         if hasattr(value, "detach") and hasattr(value, "cpu"):
             sources[name], is_bf16 = _tensor_source(value)
             if is_bf16:
@@ -110,7 +125,7 @@ def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[
                                     for n, a in sources.items()}
     for name, source in sources.items():
         _copy(buffers[name], source)
-    return buffers, frozenset(bf16)
+    return buffers, frozenset(bf16), boxes
 
 
 def _le(dtype: np.dtype) -> np.dtype:
@@ -151,6 +166,35 @@ class _TensorRef:
         self.tensor, self.shape, self.dtype = tensor, tuple(tensor.shape), dtype
 
 
+def rank_ids(world_size: int) -> frozenset[str]:
+    """The writer ids of the ranks of a world: ``{"0", ..., "<world_size - 1>"}``."""
+    return frozenset(str(r) for r in range(world_size))
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size) as given, else from an initialised ``torch.distributed``, else (0, 1)."""
+    if rank is None and world_size is None:
+        rank, world_size = _torch_rank()
+    if rank is None or world_size is None:
+        raise DataError("give rank and world_size together (or neither)")
+    for value, what in ((rank, "rank"), (world_size, "world_size")):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DataError(f"{what} must be an int, got {value!r}")
+    if not 0 <= rank < world_size <= MAX_WORLD:
+        raise DataError(f"rank {rank} of world_size {world_size}: expected 0 <= rank < "
+                        f"world_size <= {MAX_WORLD}")
+    return rank, world_size
+
+
+def _torch_rank() -> tuple[int, int]:
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 class Snapshotter:
     """Hand generations to the snapops daemon without waiting for it.
 
@@ -168,29 +212,38 @@ class Snapshotter:
             if step % 10 == 0:
                 snap.request(model.state_dict(), gen=step)
         snap.close()
+
+    With ranks, every rank requests every generation (the same gen numbers), e.g. its rows of
+    an embedding plus the arrays it alone owns::
+
+        snap = Snapshotter("spool", rank=1, world_size=4)
+        snap.request({"emb": Shard(emb_rows, global_shape=(4096, 512), offsets=(1024, 0))}, 7)
     """
 
     def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,
-                 policy: str = "coalesce", spool_nice: int = 19, clock=time.time) -> None:
+                 policy: str = "coalesce", spool_nice: int = 19, clock=time.time,
+                 rank: int | None = None, world_size: int | None = None) -> None:
         if policy not in ("coalesce", "block"):
             raise DataError(f"policy: expected coalesce or block, got {policy!r}")
         if max_in_flight < 1:
             raise DataError("max_in_flight must be >= 1")
+        self.rank, self.world_size = resolve_rank(rank, world_size)
         self.spool_dir = Path(spool_dir)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
         self.spool_nice = spool_nice
-        self.writer = DEFAULT_WRITER
+        self.writer = str(self.rank)
         self._writer_lock = WriterLock(self.spool_dir, self.writer)
         try:
             self.wal = Wal(self.spool_dir / WAL_NAME, writer=self.writer)
-            state, _ = replay(self.spool_dir / WAL_NAME)
+            state, _ = replay(self.spool_dir / WAL_NAME, rank_ids(self.world_size),
+                              world=self.world_size)
             retire_unfinished(self.wal, state, self.spool_dir, self.writer)
         except BaseException:
             self._writer_lock.release()
             raise
         remove_leftover_temps(self.spool_dir)
-        self.last_gen = max(state.gens, default=-1)
+        self.last_gen = state.last_gen(self.writer)
         self.pool = BufferPool(keep=max_in_flight + 1)
         self.failures: list[tuple[int, str]] = []     # (gen, error) never spooled, all time
         self._unreported: list[tuple[int, str]] = []  # ... not yet raised by flush()
@@ -206,9 +259,9 @@ class Snapshotter:
         """Pin ``state`` as generation ``gen`` (> every earlier gen) and return."""
         if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
             raise DataError(f"gen must be an int >= 0, got {gen!r}")
-        arrays, bf16 = pin(state, self.pool)
+        arrays, bf16, boxes = pin(state, self.pool)
         ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()))
+        pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()), boxes)
         with self._cond:
             try:
                 self._admit(pinned)
@@ -225,8 +278,9 @@ class Snapshotter:
                 self._cond.wait()
             self._check_request(pinned.gen)  # the world may have changed while waiting
         self._append_pending()
+        world = {"world": self.world_size} if self.world_size > 1 else {}
         self.wal.append(REQ, pinned.gen, pid=os.getpid(), arrays=len(pinned.arrays),
-                        bytes=pinned.nbytes)
+                        bytes=pinned.nbytes, **world)
         self.last_gen = pinned.gen
         if len(self._pending) >= self.max_in_flight:
             dropped = self._pending.pop()
@@ -280,10 +334,12 @@ class Snapshotter:
 
     def _spool(self, item: Pinned) -> None:
         """Write one generation and record SPOOLED; on failure record it DROPPED."""
-        name = spool_name(item.gen)
+        ranked = self.world_size > 1
+        name = spool_name(item.gen, self.rank if ranked else None)
+        meta = {"ts": item.ts, **({"rank": self.rank, "world": self.world_size} if ranked else {})}
         try:
-            size = write_spool(self.spool_dir / name, item.gen, item.arrays, {"ts": item.ts},
-                               item.bf16)
+            size = write_spool(self.spool_dir / name, item.gen, item.arrays, meta, item.bf16,
+                               item.boxes)
         except Exception as exc:  # disk full, permissions: this gen is lost, the next may not be
             error = redact_url(str(exc))
             log.error("spooling gen %d failed: %s", item.gen, error)

@@ -2,6 +2,9 @@
 (MANIFEST v2 and its shards, written by :mod:`snapops.formats.generation.write`) and its ledger
 line. Deterministic given the spool, the config, the keys and the last committed MANIFEST, so
 after a crash the daemon simply runs it again. Nothing is committed here.
+
+A multi-rank generation is serialized from the pieces of every rank ({rank: {name: Shard}});
+on a committer node, the parts other nodes wrote are already in the run folder (``received``).
 """
 
 from __future__ import annotations
@@ -9,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from snapops.config.loader import resolve
 from snapops.config.schema import Config
-from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+from snapops.formats.generation.plan import Shard
+from snapops.formats.generation.write import (
+    GenerationSpec, PartWritten, seal_in_ledger, write_parts,
+)
 from snapops.formats.keys import keyid, load_hmac_key, load_signing_key
 
 
@@ -59,11 +63,12 @@ def generation_spec(config: Config, sealing: Sealing) -> GenerationSpec:
         sign_key=sealing.sign_key, hmac_key=sealing.hmac_key, recipients=sealing.recipients)
 
 
-def serialize_generation(repo_root: Path, gen: int, arrays: dict[str, np.ndarray], ts: str,
-                         config: Config, sealing: Sealing, previous: bytes | None) -> Serialized:
+def serialize_generation(repo_root: Path, gen: int, ranks: dict[int | None, dict[str, Shard]],
+                         ts: str, config: Config, sealing: Sealing, previous: bytes | None, *,
+                         received: tuple[PartWritten, ...] = ()) -> Serialized:
     """Write generation ``gen`` into the work tree at ``repo_root`` and append its ledger line;
     ``previous`` is the last committed MANIFEST (from HEAD)."""
-    written = write_generation(repo_root, generation_spec(config, sealing), gen, ts, arrays,
-                               previous)
+    written = write_parts(repo_root, generation_spec(config, sealing), gen, ts, ranks, previous,
+                          world=config.cluster.world_size, received=received)
     merkle_this = seal_in_ledger(repo_root, config.snapshot.run, written)
     return Serialized(gen, written.paths + [ledger_path(config)], merkle_this, written.dense)

@@ -9,6 +9,11 @@ it finishes is a WAL record, so a restart (after SIGKILL, power loss, ...) resum
 serialization is deterministic and starts from the last commit, commits are idempotent by
 tag, and committed generations go back into the resend queue. git children die with the
 daemon (:data:`snapops.formats.gitcmd.children`).
+
+Multi-rank runs (``[cluster]``): a generation is ready once every rank's part is spooled
+(:mod:`snapops.daemon.ranks`); one that waited ``rank_timeout`` for missing ranks is dropped
+naming them. Multi-node runs: a contributor node pushes its part instead of committing, the
+committer takes the other nodes' parts in and assembles them (:mod:`snapops.daemon.nodes`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
+from snapops.formats.generation.manifest import gen_text
+from snapops.formats.generation.plan import LayoutError
+from snapops.formats.generation.source import FolderSource
+from snapops.formats.generation.verify import GenerationOptions, verify_generation
 from snapops.formats.gitcmd import children
 
 from .client import WAL_NAME
@@ -32,12 +41,15 @@ from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
 from .maintenance import maintain
 from .priority import lower_priority
 from .redact import redact_data, redact_url
-from .serialize import Sealing, ledger_path, run_dir, serialize_generation
-from .spool import Spool, spool_files, spool_name
+from .nodes import NodeGit, PartExchange, build_part, forget_part, part_ref, publish_part
+from .parts import PartHeader
+from .ranks import Cluster, OpenedParts, gen_since, open_local_parts, overdue
+from .serialize import Sealing, generation_spec, ledger_path, run_dir, serialize_generation
+from .spool import spool_files
 from .wakeup import Waker, watch_file
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
 from .worktree import ATTRIBUTES, configure_repo, restore_paths, write_delta_attributes
-from .writers import DEFAULT_WRITER, retire_unfinished, try_writer_lock
+from .writers import retire_unfinished, try_writer_lock
 
 log = logging.getLogger("snapops.daemon")
 MAX_FAILURES = 20
@@ -68,12 +80,14 @@ class Daemon:
         self._status_due = 0.0    # time.monotonic() of the next allowed status rewrite
         self._maintenance_at: float | None = None  # clock() time a cleanup is due
         self._abandon_check_at: float | None = None  # clock() time a waiting REQ is due
-        self.state = WalState()
+        self.cluster = Cluster.from_config(config)
+        self.state: WalState = self.cluster.state()
+        self.exchange: PartExchange | None = None  # a committer's intake of other nodes' parts
         self.failures: list[dict] = []
         self.retry_at = 0.0
         self.consecutive_failures = 0
         self.attempts: dict[int, int] = {}        # gen -> failed attempts counted to its drop
-        self.waiting_since: dict[int, float] = {}  # gen in REQ -> when this daemon saw it
+        self.waiting_since: dict[tuple[int, str], float] = {}  # (gen, rank) in REQ -> seen at
         self.unspooled: list[dict] = []            # those requests, for the status
         self.cleaned: list[str] = []               # leftover temp files removed at start
         self.started = clock()
@@ -99,17 +113,19 @@ class Daemon:
         self.repo = SnapshotRepo(self.repo_dir, branch=self.config.repo.branch,
                                  author_name=self.config.repo.author_name,
                                  author_email=self.config.repo.author_email)
-        self.remotes = {r.name for r in self.config.repo.remotes}
+        self.remotes = {r.name for r in self.config.repo.remotes} if self.cluster.committer \
+            else {self.cluster.remote.name}   # a contributor pushes its parts, nothing else
         self.pushq = self._push_queue()
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
+        self.git = NodeGit(self.repo_dir, self.config.push.stall_timeout)
+        if self.cluster.multi_node and self.cluster.committer:
+            self.exchange = PartExchange(self.git, self.cluster, self.config.snapshot.run,
+                                         self.config.snapshot.format, self.sealing.hmac_key)
         observer = self._watch()
         try:
             self._sync_state()
-            for gen in self.state.in_state(COMMITTED, PUSHED):
-                missing = self.remotes - gen.pushed
-                if missing:
-                    self.pushq.enqueue(gen.gen, remotes=sorted(missing))
+            self._requeue_pushes()
             self.scheduler.start()
             self._schedule_maintenance()
             self.pushq.start()
@@ -168,8 +184,18 @@ class Daemon:
         if size != self.reader.offset and size != self._stepped_size:
             return True
         retry = self._stepped_at < self.retry_at <= self.clock()
-        abandon = self._abandon_check_at is not None and self.clock() >= self._abandon_check_at
-        return abandon or (retry and bool(self._ready()))
+        due = [at for at in (self._abandon_check_at, self._ranks_due()) if at is not None]
+        return any(self.clock() >= at for at in due) or (retry and bool(self._ready()))
+
+    def _ranks_due(self) -> float | None:
+        """clock() time a multi-rank generation needs a look without news in the WAL: the next
+        poll of other nodes' parts, or the rank timeout of one still waiting for ranks."""
+        waiting = [g for g in self.state.in_state(REQ) if g.problem is None]
+        times = [gen_since(g) + self.cluster.timeout for g in waiting] \
+            if self.cluster.ranked else []
+        if self.exchange is not None and (waiting or self.exchange.outstanding):
+            times.append(self.exchange.next_at)  # parts to take in, or refs left to sweep
+        return min(times, default=None)
 
     def _next_wake(self) -> float:
         """Seconds until the loop must look again even if nothing rings."""
@@ -179,8 +205,9 @@ class Daemon:
             wait = min(wait, self.retry_at - now)
         if self._maintenance_at is not None:
             wait = min(wait, self._maintenance_at - now)
-        if self._abandon_check_at is not None:
-            wait = min(wait, self._abandon_check_at - now)
+        for due in (self._abandon_check_at, self._ranks_due()):
+            if due is not None:
+                wait = min(wait, due - now)
         if self._status_dirty:
             wait = min(wait, self._status_due - time.monotonic())
         return max(0.0, wait)
@@ -255,6 +282,18 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
 
+    def _requeue_pushes(self) -> None:
+        """Committed generations go back into the resend queue for the remotes they lack; a
+        contributor's COMMITTED means its part is on the remote already."""
+        for gen in self.state.in_state(COMMITTED, PUSHED):
+            missing = self.remotes - gen.pushed
+            if not missing:
+                continue
+            if self.cluster.committer:
+                self.pushq.enqueue(gen.gen, remotes=sorted(missing))
+            elif self.cluster.remote.name in missing:
+                self._record(PUSHED, gen.gen, remote=self.cluster.remote.name)
+
     # --- one pass --------------------------------------------------------------------------
     def _sync_state(self) -> None:
         for record in self.reader.read_new():
@@ -266,6 +305,9 @@ class Daemon:
         self._stepped_at = self.clock()
         self._sync_state()
         self._retire_abandoned()
+        if self.exchange is not None:
+            self.exchange.poll(self.state, self._record, self.clock())
+        self._drop_overdue()
         if self.clock() >= self.retry_at:
             for gen in self._ready():
                 if self.stopping() or not self._advance(gen):
@@ -288,7 +330,8 @@ class Daemon:
         return ready
 
     def _advance(self, gen: int) -> bool:
-        """Serialize, seal, ledger and commit ``gen`` (or drop it); False to stop this pass."""
+        """Serialize, seal, ledger and commit ``gen`` (a contributor: push its part), or drop
+        it; False to stop this pass."""
         record = self.state.gens[gen]
         if record.problem:
             return self._drop(gen, "bad_record", record.problem)
@@ -296,11 +339,14 @@ class Daemon:
         if gen <= newest:
             return self._drop(gen, "out_of_order", f"gen {gen} after committed gen {newest}")
         try:
-            spool, arrays = self._load_spool(gen, record.fields.get("file", spool_name(gen)))
+            opened = open_local_parts(self.spool_dir, record, self.cluster)
         except FormatError as exc:
             return self._drop(gen, "bad_spool", exc)
         try:
-            commit, tag = self._commit(gen, spool.meta, arrays)
+            done = self._commit(gen, opened) if self.cluster.committer else \
+                self._contribute(gen, opened)
+        except LayoutError as exc:
+            return self._drop(gen, "bad_layout", exc)
         except DataError as exc:
             return self._drop(gen, "unserializable", exc)
         except (OSError, GitError) as exc:  # disk, permissions, git: not this gen's fault
@@ -310,31 +356,17 @@ class Daemon:
                 log.exception("gen %d: unexpected error", gen)
             return self._fail(gen, "serialize/commit", exc, counted=True)
         finally:
-            del arrays
-            spool.close()
+            opened.close()
         self.consecutive_failures = 0
         self.attempts.pop(gen, None)
-        self.pushq.enqueue(gen)
-        log.info("gen %d committed %s (%s)", gen, commit[:12], tag)
+        if self.cluster.committer:
+            self.pushq.enqueue(gen)
+            log.info("gen %d committed %s (%s)", gen, done[0][:12], done[1])
+        else:
+            log.info("gen %d: part %s pushed to %s", gen, done[0][:12], done[1])
         return True
 
-    def _load_spool(self, gen: int, name: str) -> tuple[Spool, dict]:
-        """The spool of ``gen`` and its CRC-checked arrays: a plain file name in the spool
-        folder (the WAL grammar allows no ``/``; checked again here), a regular file opened
-        without blocking, holding the same gen. FormatError otherwise."""
-        if "/" in name or name in ("", ".", ".."):
-            raise FormatError(path=name, expected="a file name in the spool folder", got=name)
-        spool = Spool(self.spool_dir / name)
-        try:
-            if spool.gen != gen:
-                raise FormatError(path=spool.path, expected=f"the spool of gen {gen}",
-                                  got=f"gen {spool.gen}")
-            return spool, spool.arrays(check=True)
-        except BaseException:
-            spool.close()
-            raise
-
-    def _commit(self, gen: int, meta: dict, arrays: dict) -> tuple[str, str]:
+    def _commit(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
         tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
         done = self.repo.tag_commit(tag)
         if done is not None:  # committed before a crash took the COMMITTED record with it:
@@ -344,9 +376,16 @@ class Daemon:
         restore_paths(self.repo_dir, self.config.repo.branch,
                       [run_dir(self.config), ledger_path(self.config), ATTRIBUTES])
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
-        ts = meta.get("ts") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        written = serialize_generation(self.repo_dir, gen, arrays, ts, self.config,
-                                       self.sealing, previous)
+        received, ts = (), opened.ts
+        if self.exchange is not None:
+            received, remote_ts = self.exchange.received(self.state.gens[gen],
+                                                         self.repo_dir / run_dir(self.config))
+            ts = min(filter(None, (ts, remote_ts)), default=None)
+        ts = ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        written = serialize_generation(self.repo_dir, gen, opened.ranks, ts, self.config,
+                                       self.sealing, previous, received=received)
+        if received:  # other nodes' bytes: the whole generation is checked before it lands
+            self._verify_worktree()
         if self.state.gens[gen].state == SPOOLED:
             self._record(SERIALIZED, gen, merkle=written.merkle_this)
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "
@@ -357,19 +396,43 @@ class Daemon:
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
         return commit, tag
 
+    def _verify_worktree(self) -> None:
+        report = verify_generation(FolderSource(self.repo_dir), self.config.snapshot.run,
+                                   GenerationOptions(hmac_key=self.sealing.hmac_key))
+        if not report.ok:
+            raise report.failure
+
+    def _contribute(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
+        """A contributor node's generation: its ranks' part, pushed to its part ref."""
+        node, remote = self.cluster.node, self.cluster.remote
+        ref = part_ref(self.config.snapshot.run, gen, node)
+        scratch = self.state_dir / "parts" / gen_text(gen)
+        ts = opened.ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        header = PartHeader(self.config.snapshot.run, gen, node, self.cluster.world,
+                            tuple(sorted(self.cluster.local)), ts, self.config.snapshot.format)
+        commit = build_part(self.git, scratch, generation_spec(self.config, self.sealing), header,
+                            opened.ranks, self.sealing.hmac_key)
+        if self.state.gens[gen].state == SPOOLED:
+            self._record(SERIALIZED, gen, commit=commit, ref=ref)
+        publish_part(self.git, remote.url, ref, commit)
+        self._record(COMMITTED, gen, commit=commit, ref=ref)
+        self._record(PUSHED, gen, remote=remote.name)
+        forget_part(self.git, scratch, ref)
+        return commit, ref
+
     def _record(self, event: str, gen: int, **fields) -> None:
         self.wal.append(event, gen, **fields)
         self.wal.sync()
         self._sync_state()
 
-    def _drop(self, gen: int, reason: str, why: Exception | str) -> bool:
+    def _drop(self, gen: int, reason: str, why: Exception | str, **fields) -> bool:
         """Record ``gen`` DROPPED with ``reason`` and the error; True: go on with later gens."""
         log.error("gen %d dropped (%s): %s", gen, reason, why)
         self._note_failure(gen, reason, why)
         self.attempts.pop(gen, None)
         if self.state.gens[gen].state in UNFINISHED:
             try:
-                self._record(DROPPED, gen, reason=reason, error=error_token(why))
+                self._record(DROPPED, gen, reason=reason, error=error_token(why), **fields)
             except WalError as exc:  # disk full: the drop is retried on the next pass
                 log.error("cannot record the drop of gen %d: %s", gen, exc)
                 return False
@@ -398,14 +461,17 @@ class Daemon:
 
     # --- writers that died -----------------------------------------------------------------
     def _retire_abandoned(self) -> None:
-        """Retire requests that waited ``abandon_after`` seconds for SPOOLED and whose writer
-        is gone (its lock is free: taken here while retiring, so it cannot come back)."""
+        """Retire requested parts of this machine's ranks that waited ``abandon_after``
+        seconds for SPOOLED and whose writer is gone (its lock is free: taken here while
+        retiring, so it cannot come back)."""
         now, due = self.clock(), {}
-        waiting = {g.gen: g for g in self.state.in_state(REQ)}
-        self.waiting_since = {gen: self.waiting_since.get(gen, now) for gen in waiting}
-        self.unspooled = [{"gen": gen, "writer": record.fields.get("w", DEFAULT_WRITER),
-                           "waiting_s": round(now - self.waiting_since[gen], 1),
-                           "writer_alive": None} for gen, record in sorted(waiting.items())]
+        local = {str(r) for r in self.cluster.local}
+        waiting = {(g.gen, rank): part for g in self.state.in_state(REQ)
+                   for rank, part in g.parts.items() if part.state == REQ and rank in local}
+        self.waiting_since = {key: self.waiting_since.get(key, now) for key in waiting}
+        self.unspooled = [{"gen": gen, "writer": rank,
+                           "waiting_s": round(now - self.waiting_since[(gen, rank)], 1),
+                           "writer_alive": None} for gen, rank in sorted(waiting)]
         for entry in self.unspooled:
             if entry["waiting_s"] >= self.config.daemon.abandon_after:
                 due.setdefault(entry["writer"], []).append(entry["gen"])
@@ -433,6 +499,19 @@ class Daemon:
         if due:
             self._sync_state()
 
+    def _drop_overdue(self) -> None:
+        """Drop generations whose missing ranks did not deliver within ``rank_timeout`` (not
+        while the parts remote is unreachable: their parts may be waiting there)."""
+        if self.exchange is not None and not self.exchange.reachable:
+            return
+        for gen, missing in overdue(self.state, self.cluster, self.clock()).items():
+            refused = [f"node {node}: {why}" for (g, node), why in
+                       (self.exchange.refused.items() if self.exchange else ()) if g == gen]
+            why = f"ranks {','.join(missing)} (of world size {self.cluster.world}) did not " \
+                  f"deliver within {self.cluster.timeout:g}s" + \
+                  (f" ({'; '.join(refused)})" if refused else "")
+            self._drop(gen, "missing_ranks", why, missing="+".join(missing))
+
     def _remove_leftovers(self) -> None:
         """Temp files of writers killed mid-write, in the folders this daemon serves."""
         for folder, recursive in ((self.spool_dir, False), (self.state_dir, False),
@@ -452,11 +531,13 @@ class Daemon:
 
     # --- retention and status --------------------------------------------------------------
     def _retain(self) -> None:
-        """Keep spool files of the last K generations; older ones once committed or dropped."""
-        keep = self.config.repo.retention
+        """Keep spool files of the last K generations (every rank's part of them); older
+        ones once committed or dropped."""
         files = spool_files(self.spool_dir)
+        gens = sorted({gen for gen, _ in files})
+        old = set(gens[:-self.config.repo.retention])
         newest = max(self.state.gens, default=-1)
-        for gen, path in files[:-keep] if len(files) > keep else []:
+        for gen, path in (item for item in files if item[0] in old):
             state = self.state.gens.get(gen)
             done = state.state in (COMMITTED, PUSHED, DROPPED) if state is not None \
                 else gen < newest  # an orphan: no request names it
@@ -477,7 +558,28 @@ class Daemon:
             wal_corrupt_lines=len(self.reader.bad),
             wal_corrupt=[{"line": n, "text": text} for n, text in self.reader.bad[-20:]],
             wal_problem=self.reader.problem, leftovers_removed=self.cleaned[:50],
-            waiting_for_spool=self.unspooled[:50]))
+            waiting_for_spool=self.unspooled[:50], waiting_for_ranks=self._waiting_for_ranks(),
+            **self._node_status()))
+
+    def _waiting_for_ranks(self) -> list[dict]:
+        """Requested generations of a multi-rank run, the ranks they wait for and for how long."""
+        if not self.cluster.ranked:
+            return []
+        now = self.clock()
+        return [{"gen": g.gen, "missing": g.missing(self.state.expect),
+                 "waiting_s": round(now - gen_since(g), 1), "timeout_s": self.cluster.timeout}
+                for g in self.state.in_state(REQ)[:50]]
+
+    def _node_status(self) -> dict:
+        if self.cluster.node is None:
+            return {}
+        out = {"node": self.cluster.node, "committer": self.cluster.committer,
+               "ranks": sorted(self.cluster.local)}
+        if self.exchange is not None:
+            out["parts_remote_reachable"] = self.exchange.reachable
+            out["parts_refused"] = [{"gen": g, "node": n, "why": why[:300]} for (g, n), why
+                                    in sorted(self.exchange.refused.items())[-20:]]
+        return out
 
     def write_status(self) -> None:
         self._status_dirty = False
@@ -517,7 +619,8 @@ def status_from(state: WalState, remotes: set[str], **extra) -> dict:
         "push_queue": unpushed[:50],
         "dropped": [g.gen for g in dropped],
         "dropped_details": [{"gen": g.gen, "reason": g.fields.get("reason", "unknown"),
-                             "error": g.fields.get("error"), "by": g.fields.get("by")}
+                             "error": g.fields.get("error"), "by": g.fields.get("by"),
+                             "missing": g.fields.get("missing"), "part": g.fields.get("part")}
                             for g in dropped],
         "wal_rejected": state.rejected_total,
         "wal_rejected_records": [

@@ -1,8 +1,10 @@
 """Spool files: a pinned generation on disk in a zero-encoding binary form.
 
-Layout: ``SNAPSPOOL 1\\n`` + one line of JSON (gen, meta with ts, and per array name, dtype,
-shape, offset, nbytes, crc32c, optional bf16) + LF, zero padding to 64 bytes, then each array's
-raw C-order bytes at a 64-aligned offset, in header order, with nothing after the last one.
+Layout: ``SNAPSPOOL 1\\n`` + one line of JSON (gen, meta with ts (and rank and world in a
+multi-rank run), and per array name, dtype, shape, offset, nbytes, crc32c, optional bf16, and
+for a rank's piece of a global array its global_shape and offsets) + LF, zero padding to 64
+bytes, then each array's raw C-order bytes at a 64-aligned offset, in header order, with nothing
+after the last one. Rank ``r`` of a multi-rank run names its files ``gen-<gen>-r<r>.spool``.
 Written through the atomic helper (temp, fsync, rename) so a spool file is complete or absent;
 read by mmap without copying. The CRC32C per array catches later corruption.
 
@@ -42,15 +44,19 @@ MAX_NAME = 1024               # characters of an array name
 MAX_DIMS = 32
 MAX_GEN = 10**18 - 1          # what a WAL record can name
 TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+MAX_RANK = 999_999            # what a WAL writer id can name
 _HEADER_KEYS = frozenset({"gen", "meta", "arrays"})
 _ENTRY_KEYS = frozenset({"name", "dtype", "shape", "offset", "nbytes", "crc32c"})
+_OPTIONAL_KEYS = frozenset({"bf16", "global_shape", "offsets"})
+_NAME = re.compile(r"gen-([0-9]{12,18})(?:-r(0|[1-9][0-9]{0,5}))?\.spool")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # dtypes a spool may hold (bf16 travels as u2 with "bf16": true in its entry)
 DTYPES = {"<f8", "<f4", "<f2", "<i8", "<u8", "<i4", "<u4", "<i2", "<u2", "|i1", "|u1", "|b1"}
 
 
-def spool_name(gen: int) -> str:
-    return f"gen-{gen:012d}.spool"
+def spool_name(gen: int, rank: int | None = None) -> str:
+    """``gen-000000000012.spool``, or ``gen-000000000012-r3.spool`` for rank 3's part."""
+    return f"gen-{gen:012d}.spool" if rank is None else f"gen-{gen:012d}-r{rank}.spool"
 
 
 def _bytes(array: np.ndarray) -> memoryview:
@@ -71,6 +77,8 @@ class SpoolEntry:
     nbytes: int
     crc: int
     bf16: bool = False
+    global_shape: tuple[int, ...] | None = None    # a rank's piece: the global array's shape
+    offsets: tuple[int, ...] | None = None         # ... and where the piece starts in it
 
 
 def plan(arrays: dict[str, np.ndarray]) -> tuple[list[dict], int]:
@@ -84,13 +92,17 @@ def plan(arrays: dict[str, np.ndarray]) -> tuple[list[dict], int]:
 
 
 def write_spool(path: str | os.PathLike, gen: int, arrays: dict[str, np.ndarray],
-                meta: dict | None = None, bf16: frozenset[str] = frozenset()) -> int:
-    """Write one generation atomically; returns the file size."""
+                meta: dict | None = None, bf16: frozenset[str] = frozenset(),
+                boxes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> int:
+    """Write one generation atomically; returns the file size. ``boxes`` gives the arrays that
+    are pieces of global arrays: {name: (global_shape, offsets)}."""
     entries, _ = plan(arrays)
     for entry, array in zip(entries, arrays.values()):
         entry["crc32c"] = crc32c(_bytes(array))
         if entry["name"] in bf16:
             entry["bf16"] = True
+        if boxes and entry["name"] in boxes:
+            entry["global_shape"], entry["offsets"] = map(list, boxes[entry["name"]])
     header = json.dumps({"gen": gen, "meta": meta or {}, "arrays": entries},
                         separators=(",", ":"), sort_keys=True).encode("utf-8")
     head = MAGIC + header + b"\n"
@@ -252,8 +264,12 @@ def _int(value, what: str, high: int) -> int:
 
 
 def _meta(meta) -> dict:
-    if not isinstance(meta, dict) or not set(meta) <= {"ts"}:
-        raise _Bad("meta: an object with at most the key ts")
+    if not isinstance(meta, dict) or not set(meta) <= {"ts", "rank", "world"} or \
+            ("rank" in meta) != ("world" in meta):
+        raise _Bad("meta: an object with the key ts, and rank and world together")
+    if "world" in meta and not _int(meta["rank"], "meta.rank", MAX_RANK) < \
+            _int(meta["world"], "meta.world", MAX_RANK + 1):
+        raise _Bad("meta.rank: below meta.world")
     ts = meta.get("ts")
     if ts is not None:
         if not isinstance(ts, str) or not TS.fullmatch(ts):
@@ -267,8 +283,9 @@ def _meta(meta) -> dict:
 
 def _entry(e, index: int, offset: int) -> SpoolEntry:
     where = f"arrays[{index}]"
-    if not isinstance(e, dict) or not _ENTRY_KEYS <= set(e) <= _ENTRY_KEYS | {"bf16"}:
-        raise _Bad(f"{where}: keys {sorted(_ENTRY_KEYS)} and optionally bf16")
+    if not isinstance(e, dict) or not _ENTRY_KEYS <= set(e) <= _ENTRY_KEYS | _OPTIONAL_KEYS:
+        raise _Bad(f"{where}: keys {sorted(_ENTRY_KEYS)} and optionally "
+                   f"{sorted(_OPTIONAL_KEYS)}")
     name, dtype, shape = e["name"], e["dtype"], e["shape"]
     if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or _CONTROL.search(name):
         raise _Bad(f"{where}.name: 1 to {MAX_NAME} printable characters")
@@ -286,14 +303,32 @@ def _entry(e, index: int, offset: int) -> SpoolEntry:
     if type(bf16) is not bool or (bf16 and dtype != "<u2"):
         raise _Bad(f"{where}.bf16: a boolean, true only for <u2")
     return SpoolEntry(name, dtype, dims, offset, nbytes,
-                      _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), bf16)
+                      _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), bf16, *_box(e, dims, where))
+
+
+def _box(e: dict, dims: tuple[int, ...], where: str):
+    """(global_shape, offsets) of a piece, both absent or both present and holding it."""
+    if ("global_shape" in e) != ("offsets" in e):
+        raise _Bad(f"{where}: global_shape and offsets together")
+    if "global_shape" not in e:
+        return None, None
+    sizes = []
+    for key in ("global_shape", "offsets"):
+        value = e[key]
+        if not isinstance(value, list) or len(value) != len(dims):
+            raise _Bad(f"{where}.{key}: a list of {len(dims)} sizes")
+        sizes.append(tuple(_int(d, f"{where}.{key}", 1 << 62) for d in value))
+    if any(o + n > g for g, o, n in zip(*sizes, dims)):
+        raise _Bad(f"{where}: the piece at offsets {list(sizes[1])} does not fit in "
+                   f"global_shape {list(sizes[0])}")
+    return sizes[0], sizes[1]
 
 
 def spool_files(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(gen, path) of every spool file in ``folder`` (ranks' parts included), by gen."""
     found = []
     for path in Path(folder).glob("gen-*.spool"):
-        try:
-            found.append((int(path.name[4:-6]), path))
-        except ValueError:
-            continue
+        m = _NAME.fullmatch(path.name)
+        if m:
+            found.append((int(m.group(1)), path))
     return sorted(found)

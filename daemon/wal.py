@@ -2,9 +2,11 @@
 process (REQ, SPOOLED, DROPPED) and the daemon (SERIALIZED, COMMITTED, PUSHED, DROPPED).
 
 Line grammar (ASCII): ``<EVENT> gen=<int> [<key>=<token> ...] crc=<crc32c hex8>`` + LF, where
-the CRC covers the bytes before `` crc=``. ``w=`` names the writer of every record: a training
-process is writer ``0`` (later, rank r of a job will be writer ``r``), the daemon is ``daemon``;
-REQ records also carry the writer's ``pid=``. :data:`FIELDS` bounds every value.
+the CRC covers the bytes before `` crc=``. ``w=`` names the writer of every record: training
+rank ``r`` is writer ``r`` (a single trainer is ``0``), the daemon is ``daemon``; REQ records
+also carry the writer's ``pid=`` (and ``world=`` in a multi-rank run); records the daemon writes
+about one rank's part say which (``part=``), and ``node=`` for parts other daemons delivered.
+:data:`FIELDS` bounds every value.
 
 Records are whole or absent. An append takes an exclusive ``flock`` on the WAL (bounded wait)
 and, under it:
@@ -37,7 +39,10 @@ from pathlib import Path
 from snapops.formats.errors import SnapopsError
 from snapops.formats.integrity import crc32c
 
-from .lifecycle import DROP_REASONS, EVENTS, PUSHED, SPOOLED, Generation, IllegalTransition
+from .lifecycle import (
+    DROP_REASONS, DROPPED, EVENTS, PART_EVENTS, PUSHED, REQ, SPOOLED, Generation,
+    IllegalTransition,
+)
 from .redact import redact_url
 from .safeio import open_regular
 
@@ -51,13 +56,21 @@ READ_CHUNK = 1 << 20
 LOCK_TIMEOUT = 10.0           # seconds an append waits for the WAL lock
 MAX_ERROR_TOKEN = 300         # characters of an error kept in a DROPPED record
 DAEMON_WRITER = "daemon"
+DEFAULT_RANK = "0"
 KEPT_REJECTIONS = 200
 
 _UINT = r"0|[1-9][0-9]{0,17}"
+RANK = r"0|[1-9][0-9]{0,5}"
+NODE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 # key -> (value pattern, what it must be): every field any record may carry
 FIELDS: dict[str, tuple[re.Pattern, str]] = {k: (re.compile(v), what) for k, (v, what) in {
     "t": (r"[0-9]{1,11}(?:\.[0-9]{1,9})?", "unix seconds"),
-    "w": (r"0|[1-9][0-9]{0,5}|" + DAEMON_WRITER, "a writer id (rank or daemon)"),
+    "w": (RANK + "|" + DAEMON_WRITER, "a writer id (rank or daemon)"),
+    "world": (r"[1-9][0-9]{0,5}", "a world size"),
+    "part": (RANK, "a rank"),
+    "node": (NODE, "a node name"),
+    "missing": (rf"(?:{RANK})(?:\+(?:{RANK})){{0,999}}", "ranks joined by +"),
+    "ref": (rf"refs/snapops/parts/[A-Za-z0-9._-]{{1,128}}/[0-9]{{6,18}}/{NODE}", "a part ref"),
     "pid": (r"[1-9][0-9]{0,9}", "a process id"),
     "writer_pid": (r"[1-9][0-9]{0,9}", "a process id"),
     "arrays": (r"0|[1-9][0-9]{0,6}", "an array count"),
@@ -72,7 +85,7 @@ FIELDS: dict[str, tuple[re.Pattern, str]] = {k: (re.compile(v), what) for k, (v,
     "remote": (r"[A-Za-z0-9._-]{1,100}", "a remote name"),
     "recovered": (r"1", "1"),
 }.items()}
-REQUIRED = {SPOOLED: ("file",), PUSHED: ("remote",)}
+REQUIRED = {SPOOLED: ("file", "commit"), PUSHED: ("remote",)}   # (at least one of)
 
 
 class WalError(SnapopsError, OSError):
@@ -119,9 +132,9 @@ def check_fields(event: str, fields: dict[str, str]) -> str | None:
             return f"unknown field {key}="
         if not rule[0].fullmatch(value):
             return f"{key}={value[:40]} is not {rule[1]}"
-    for key in REQUIRED.get(event, ()):
-        if key not in fields:
-            return f"{event} without {key}="
+    required = REQUIRED.get(event, ())
+    if required and not any(key in fields for key in required):
+        return f"{event} without {'= or '.join(required)}="
     return None
 
 
@@ -286,14 +299,24 @@ class WalReader:
 class WalState:
     """Generations folded from records through the transition table.
 
-    Records of writers not in ``writers`` (nor the daemon) are rejected, as are illegal
-    transitions: logged, counted and kept (the last few) in ``rejected``. A record with a
+    ``writers``: the ranks that write to this spool (the daemon always may); ``expect``: the
+    ranks whose parts make a generation whole (default ``writers``; a committer node also
+    expects the ranks other nodes serve, recorded by the daemon with ``part=``); ``world``: the
+    world size a REQ must declare (None: not checked). REQ and SPOOLED records, and DROPPED
+    records of a rank or naming a ``part=``, concern one rank's part
+    (:meth:`Generation.apply_part`).
+
+    Records of writers not in ``writers``, parts of ranks not expected, and illegal transitions
+    are rejected: logged, counted and kept (the last few) in ``rejected``. A record with a
     malformed field still moves its generation, which is marked with ``problem`` (the daemon
     then drops it as ``bad_record``); its fields are not merged.
     """
 
-    def __init__(self, writers: frozenset[str] = frozenset({"0"})) -> None:
+    def __init__(self, writers: frozenset[str] = frozenset({"0"}), *,
+                 expect: frozenset[str] | None = None, world: int | None = None) -> None:
         self.writers = writers | {DAEMON_WRITER}
+        self.expect = writers if expect is None else expect
+        self.world = world
         self.gens: dict[int, Generation] = {}
         self.rejected: collections.deque[tuple[Record, str]] = collections.deque(
             maxlen=KEPT_REJECTIONS)
@@ -303,10 +326,17 @@ class WalState:
         writer = record.fields.get("w")
         if writer is not None and writer not in self.writers:
             return self._reject(record, f"writer {writer[:20]} may not write to this spool")
-        problem = check_fields(record.event, record.fields)
+        problem = check_fields(record.event, record.fields) or self._world_problem(record)
+        fields = {} if problem else record.fields
+        rank = _part_of(record.event, writer, fields)
+        if rank is not None and rank not in self.expect:
+            return self._reject(record, f"rank {rank} is not served here")
         gen = self.gens.get(record.gen) or Generation(record.gen)
         try:
-            gen.apply(record.event, {} if problem else record.fields)
+            if rank is None:
+                gen.apply(record.event, fields)
+            else:
+                gen.apply_part(rank, record.event, fields, self.expect)
         except IllegalTransition as exc:
             return self._reject(record, str(exc))
         if problem and gen.problem is None:
@@ -314,6 +344,13 @@ class WalState:
             log.error("wal line %d: gen %d: %s", record.line_no, record.gen, problem)
         self.gens[record.gen] = gen
         return gen
+
+    def _world_problem(self, record: Record) -> str | None:
+        world = record.fields.get("world")
+        if record.event == REQ and self.world is not None and \
+                world != (None if self.world == 1 else str(self.world)):
+            return f"world={world or '-'} but this spool serves a world of {self.world}"
+        return None
 
     def _reject(self, record: Record, why: str) -> None:
         self.rejected.append((record, why))
@@ -324,11 +361,30 @@ class WalState:
     def in_state(self, *states: str) -> list[Generation]:
         return sorted((g for g in self.gens.values() if g.state in states), key=lambda g: g.gen)
 
+    def last_gen(self, rank: str) -> int:
+        """The newest generation rank ``rank`` has a part in (-1: none)."""
+        return max((g.gen for g in self.gens.values() if rank in g.parts), default=-1)
 
-def replay(path: str | os.PathLike, writers: frozenset[str] = frozenset({"0"})
+
+def _part_of(event: str, writer: str | None, fields: dict[str, str]) -> str | None:
+    """The rank whose part a record concerns, or None for a record about the generation."""
+    if event not in PART_EVENTS:
+        return None
+    if "part" in fields:
+        return fields["part"]
+    if writer is not None and writer != DAEMON_WRITER:
+        return writer
+    # the daemon's own DROPPED is about the generation; its SPOOLED (recovered=1, written
+    # before ranks existed) about the single trainer's part
+    return None if event == DROPPED else DEFAULT_RANK
+
+
+def replay(path: str | os.PathLike, writers: frozenset[str] = frozenset({"0"}), **scope
            ) -> tuple[WalState, WalReader]:
+    """The state of the WAL at ``path`` and a reader positioned after it (``scope``: the
+    ``expect``/``world`` of :class:`WalState`)."""
     reader = WalReader(path)
-    state = WalState(writers)
+    state = WalState(writers, **scope)
     for record in reader.read_new():
         state.apply(record)
     return state, reader

@@ -1,18 +1,18 @@
 """Who writes a spool: one lock per writer id, and retiring what a dead writer left unfinished.
 
-Every WAL record names its writer (``w=``). A training process is writer ``0``, the only one a
-spool accepts until it is set up for ranks (issue 17: rank ``r`` will be writer ``r`` with its
-own lock, so N writers can share a spool without a format change). A writer holds an
+Every WAL record names its writer (``w=``). Training rank ``r`` is writer ``r`` (a single
+trainer is ``0``) and holds its own lock, so the N ranks of a machine share one spool; the
+spool accepts the ranks its daemon serves (``cluster.ranks``). A writer holds an
 exclusive ``flock`` on ``<spool>/writer-<id>.lock`` (its pid written inside, for humans) for
 as long as it lives: a second one is refused with :class:`WriterBusy`. The kernel drops the
 lock with its process, SIGKILL included, so holding the lock also proves that no live process
 writes as that id, across containers sharing the spool volume too, where pids mean nothing.
 
-Whoever holds a writer's lock may retire that writer's unfinished requests (REQ without
-SPOOLED): a new Snapshotter at start, or the daemon after ``daemon.abandon_after`` seconds
-(:func:`retire_unfinished`). A request whose spool file is complete (spool files appear by
-atomic rename) is recorded SPOOLED with ``recovered=1``; any other is DROPPED with
-``reason=abandoned``.
+Whoever holds a writer's lock may retire that writer's unfinished requests (parts in REQ
+without SPOOLED): a new Snapshotter at start, or the daemon after ``daemon.abandon_after``
+seconds (:func:`retire_unfinished`). A request whose spool file is complete (spool files
+appear by atomic rename) is recorded SPOOLED with ``recovered=1``; any other is DROPPED with
+``reason=abandoned``. Both records name the rank (``part=``): the daemon writes them too.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from snapops.formats.errors import SnapopsError
 from .lifecycle import DROPPED, REQ, SPOOLED
 from .safeio import open_regular
 from .spool import spool_name
-from .wal import Wal, WalState
+from .wal import DEFAULT_RANK, Wal, WalState
 
 log = logging.getLogger("snapops.writers")
-DEFAULT_WRITER = "0"
+DEFAULT_WRITER = DEFAULT_RANK
 
 
 class WriterBusy(SnapopsError):
@@ -100,27 +100,29 @@ def try_writer_lock(spool_dir: str | os.PathLike, writer: str) -> WriterLock | N
 
 def retire_unfinished(wal: Wal, state: WalState, spool_dir: str | os.PathLike,
                       writer: str, gens: list[int] | None = None) -> dict[int, str]:
-    """Record SPOOLED (spool file complete) or DROPPED ``reason=abandoned`` for every request
-    of ``writer`` still in REQ (only those in ``gens`` if given). Call it holding the writer's
+    """Record SPOOLED (spool file complete) or DROPPED ``reason=abandoned`` for every part of
+    ``writer`` still in REQ (only those in ``gens`` if given). Call it holding the writer's
     lock and after bringing ``state`` up to date. Returns {gen: "recovered" | "abandoned"}.
     """
     done = {}
-    for gen in state.in_state(REQ):
-        if gen.problem or gen.fields.get("w", DEFAULT_WRITER) != writer or \
+    for gen in sorted(state.gens.values(), key=lambda g: g.gen):
+        part = gen.parts.get(writer)
+        if part is None or part.state != REQ or gen.problem or \
                 (gens is not None and gen.gen not in gens):
             continue
-        name = spool_name(gen.gen)
+        # a rank of a multi-rank run (its REQ says world=) names its spool files by rank
+        name = spool_name(gen.gen, int(writer) if "world" in part.fields else None)
         size = _regular_size(Path(spool_dir) / name)
         if size is not None:
-            wal.append(SPOOLED, gen.gen, file=name, bytes=size, recovered=1)
+            wal.append(SPOOLED, gen.gen, part=writer, file=name, bytes=size, recovered=1)
             done[gen.gen] = "recovered"
         else:
-            pid = gen.fields.get("pid")
-            wal.append(DROPPED, gen.gen, reason="abandoned",
+            pid = part.fields.get("pid")
+            wal.append(DROPPED, gen.gen, part=writer, reason="abandoned",
                        **({"writer_pid": pid} if pid else {}))
             done[gen.gen] = "abandoned"
         log.warning("gen %d of writer %s (pid %s, gone): %s", gen.gen, writer,
-                    gen.fields.get("pid", "?"), done[gen.gen])
+                    part.fields.get("pid", "?"), done[gen.gen])
     return done
 
 

@@ -27,8 +27,8 @@ from snapops.formats.model import Snapshot
 from snapops.formats.report import Report
 
 __version__ = "0.1.0"
-__all__ = ["Snapshot", "Snapshotter", "Report", "WriteResult", "VerifyOptions", "load", "save",
-           "verify", "inspect", "SnapopsError", "FormatError"]
+__all__ = ["Snapshot", "Snapshotter", "Shard", "Report", "WriteResult", "VerifyOptions", "load",
+           "save", "verify", "inspect", "SnapopsError", "FormatError"]
 
 
 def __getattr__(name: str):
@@ -36,6 +36,10 @@ def __getattr__(name: str):
         from snapops.daemon.client import Snapshotter
 
         return Snapshotter
+    if name == "Shard":  # a rank's box of a global array: Shard(local, global_shape=, offsets=)
+        from snapops.formats.generation.plan import Shard
+
+        return Shard
     raise AttributeError(f"module 'snapops' has no attribute {name!r}")
 
 

@@ -2,11 +2,20 @@
 global arrays. Verifies the generation first unless told not to, so what comes back is exactly
 what was sealed, bit for bit, with its dtype, or nothing.
 
+A generation written by N training ranks loads as its global arrays, whatever N was; to resume
+at another world size, each new rank takes its slice with :func:`rank_view` (what it loads) or
+:func:`rank_shards` (what it requests, as :class:`~snapops.formats.generation.plan.Shard` s).
+The rule is a row split (:func:`row_range`): dimension 0 is cut into ``world_size`` runs of
+``ceil(rows / world_size)`` rows, as ``torch.chunk`` and DTensor's ``Shard(0)`` cut it, so the
+last ranks may get fewer rows or none; 0-d arrays are not split.
+
 Example::
 
     snap = load_from_source(FolderSource("repo"), "run1")
     snap["blocks.0.attn.in_proj_bias"].dtype.name, snap.meta["gen"]
     # -> ('bfloat16', 12)
+    rank_view(snap.arrays, rank=1, world_size=2)["emb.weight"].shape   # rows 50..100 of 100
+    # -> (50, 64)
 """
 
 from __future__ import annotations
@@ -14,15 +23,17 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from snapops.formats.dtypes import numpy_dtype
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import DataError, FormatError
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
 
 from .manifest import ArrayRecord, Manifest
+from .plan import Shard
 from .source import Source
 from .verify import AGE_SUFFIX, GenerationOptions, read_manifest, run_folder, verify_generation
 
@@ -109,3 +120,54 @@ def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
         if target is None:
             target = out[array.name] = np.empty(array.shape, logical)
         target[tuple(slice(lo, hi) for lo, hi in part.box)] = piece.reshape(extent)
+
+
+def row_range(rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of ``rank`` when ``rows`` rows are split over ``world_size``
+    ranks: runs of ``ceil(rows / world_size)`` rows, the last ranks get fewer or none.
+
+    >>> [row_range(10, r, 4) for r in range(4)]
+    [(0, 3), (3, 6), (6, 9), (9, 10)]
+    """
+    if not 0 <= rank < world_size:
+        raise DataError(f"rank {rank} is not in 0..{world_size - 1}")
+    per = -(-rows // world_size)
+    return min(rank * per, rows), min((rank + 1) * per, rows)
+
+
+def rank_slice(array: np.ndarray, rank: int, world_size: int) -> Shard:
+    """Rank ``rank``'s rows of ``array`` (a view) with where they lie; a 0-d array whole."""
+    if array.ndim == 0:
+        return Shard(array, global_shape=(), offsets=())
+    start, stop = row_range(array.shape[0], rank, world_size)
+    return Shard(array[start:stop], global_shape=array.shape,
+                 offsets=(start,) + (0,) * (array.ndim - 1))
+
+
+def rank_view(state: Mapping[str, np.ndarray], rank: int, world_size: int
+              ) -> dict[str, np.ndarray]:
+    """What rank ``rank`` of ``world_size`` loads: its rows of every array (views), 0-d
+    arrays whole on every rank.
+
+    >>> rank_view({"w": np.zeros((5, 2)), "step": np.array(3)}, 1, 2)["w"].shape
+    (2, 2)
+    """
+    return {name: rank_slice(array, rank, world_size).local for name, array in state.items()}
+
+
+def rank_shards(state: Mapping[str, np.ndarray], rank: int, world_size: int
+                ) -> dict[str, Shard]:
+    """What rank ``rank`` of ``world_size`` requests so that the ranks together hold every
+    array exactly once: its non-empty row slices; 0-d arrays and arrays without rows on rank
+    0 only.
+
+    >>> sorted(rank_shards({"w": np.zeros((5, 2)), "step": np.array(3)}, 0, 2))
+    ['step', 'w']
+    """
+    out = {}
+    for name, array in state.items():
+        piece = rank_slice(array, rank, world_size)
+        unsplit = array.ndim == 0 or array.shape[0] == 0
+        if (rank == 0) if unsplit else piece.local.shape[0] > 0:
+            out[name] = piece
+    return out

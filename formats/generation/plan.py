@@ -1,9 +1,16 @@
-"""The shard plan of a generation: which arrays (or row ranges of them) go into which shard file.
+"""The shard plan of a generation: which arrays (or row ranges of them) go into which shard file,
+and the layout rules for arrays that training ranks hold in pieces.
 
 Arrays are packed in byte-wise name order into shards of at most ``shard_max`` raw bytes; an
-array larger than that is split by row ranges, one shard per range. Paths (``shards/NNNN.ext``)
-depend only on the state's layout, so they are stable across generations: an unchanged shard is
-not rewritten and git stores nothing new for it.
+array larger than that is split by row ranges, one shard per range. Paths (``shards/NNNN.ext``;
+``shards/r<rank>/NNNN.ext`` for the pieces of rank ``rank`` in a multi-rank run) depend only on
+the state's layout, so they are stable across generations: an unchanged shard is not rewritten
+and git stores nothing new for it.
+
+A rank holds either whole arrays or :class:`Shard` s (a box of a global array, as PyTorch DCP
+describes one: global shape and offsets). :func:`check_layout` decides whether the pieces the
+ranks of a generation sent make whole arrays: every piece inside the global shape, pieces of
+one array with one dtype and one global shape, pairwise disjoint, covering every element.
 
 >>> plan = plan_shards({"a": np.zeros((4, 2), np.float32)}, shard_max=16, ext=".aero")
 >>> [(s.path, [(p.name, p.box) for p in s.pieces]) for s in plan]
@@ -12,12 +19,121 @@ not rewritten and git stores nothing new for it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import blake3
 import numpy as np
 
 from snapops.formats.errors import DataError
+
+Box = tuple[tuple[int, int], ...]
+
+
+class LayoutError(DataError):
+    """The pieces the ranks sent do not make whole arrays (overlap, hole, disagreement)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The piece of a global array that one rank holds: ``local`` (a numpy array or a torch
+    tensor) is the box starting at ``offsets`` of an array of ``global_shape``.
+
+    >>> Shard(np.ones((2, 4)), global_shape=(8, 4), offsets=(2, 0)).box
+    ((2, 4), (0, 4))
+    """
+
+    local: Any
+    global_shape: tuple[int, ...] = field(kw_only=True)
+    offsets: tuple[int, ...] = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        shape = _dims(self.global_shape, "global_shape")
+        offsets = _dims(self.offsets, "offsets")
+        local = tuple(int(d) for d in getattr(self.local, "shape", ()))
+        if not len(shape) == len(offsets) == len(local):
+            raise DataError(f"Shard: local shape {local}, global_shape {shape} and offsets "
+                            f"{offsets} must have the same number of dimensions")
+        if any(o + n > d for o, n, d in zip(offsets, local, shape)):
+            raise DataError(f"Shard: local shape {local} at offsets {offsets} does not fit in "
+                            f"global_shape {shape}")
+        object.__setattr__(self, "global_shape", shape)
+        object.__setattr__(self, "offsets", offsets)
+
+    @property
+    def box(self) -> Box:
+        return tuple((o, o + int(n)) for o, n in zip(self.offsets, self.local.shape))
+
+
+def _dims(values, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(v) for v in values)
+    except (TypeError, ValueError):
+        raise DataError(f"Shard: {what} must be a sequence of integers, got {values!r}") from None
+    if any(d < 0 for d in dims) or any(isinstance(v, bool) for v in values):
+        raise DataError(f"Shard: {what} must be integers >= 0, got {values!r}")
+    return dims
+
+
+@dataclass(frozen=True)
+class RankBox:
+    """One rank's box of global array ``name`` (what :func:`check_layout` judges)."""
+
+    name: str
+    rank: int | None
+    dtype: str                      # logical dtype name (``bf16`` ...)
+    shape: tuple[int, ...]          # the global shape the rank declared
+    box: Box
+
+
+def check_layout(boxes: list[RankBox]) -> None:
+    """LayoutError naming the array and the ranks unless, per array, the boxes agree on dtype
+    and global shape, lie inside it, and tile it exactly (no overlap, no hole)."""
+    by_name: dict[str, list[RankBox]] = {}
+    for item in boxes:
+        by_name.setdefault(item.name, []).append(item)
+    for name, items in by_name.items():
+        first = items[0]
+        for item in items[1:]:
+            if (item.dtype, item.shape) != (first.dtype, first.shape):
+                raise LayoutError(
+                    f"array {name}: rank {item.rank} declares {item.dtype} {list(item.shape)} "
+                    f"but rank {first.rank} {first.dtype} {list(first.shape)}")
+        for item in items:
+            if len(item.box) != len(first.shape) or any(
+                    not 0 <= lo <= hi <= d for (lo, hi), d in zip(item.box, first.shape)):
+                raise LayoutError(f"array {name}: rank {item.rank}'s box {_text(item.box)} lies "
+                                f"outside the global shape {list(first.shape)}")
+        _check_disjoint(name, items)
+        covered = sum(math.prod(hi - lo for lo, hi in item.box) for item in items)
+        total = math.prod(first.shape)
+        if covered != total:
+            ranks = sorted({-1 if i.rank is None else i.rank for i in items})
+            raise LayoutError(f"array {name}: the boxes of ranks {ranks} cover {covered} of its "
+                            f"{total} elements (a rank's piece is missing or boxes leave a hole)")
+
+
+def _check_disjoint(name: str, items: list[RankBox]) -> None:
+    """A sweep over the first dimension: row splits cost O(n log n)."""
+    solid = sorted((i for i in items if i.box and all(lo < hi for lo, hi in i.box)),
+                   key=lambda i: i.box)
+    active: list[RankBox] = []
+    for item in solid:
+        active = [a for a in active if a.box[0][1] > item.box[0][0]]
+        for other in active:
+            if all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(other.box, item.box)):
+                raise LayoutError(f"array {name}: the boxes of ranks {other.rank} "
+                                f"({_text(other.box)}) and {item.rank} ({_text(item.box)}) "
+                                "overlap")
+        active.append(item)
+    if any(not i.box for i in items) and len(items) > 1:  # 0-d arrays: one holder only
+        raise LayoutError(f"array {name}: ranks {[i.rank for i in items]} all hold this "
+                        "0-d array; exactly one rank may")
+
+
+def _text(box: Box) -> str:
+    return ",".join(f"{lo}:{hi}" for lo, hi in box) or "()"
 
 
 @dataclass(frozen=True)
@@ -39,8 +155,10 @@ def _sort_key(name: str) -> bytes:
     return name.encode("utf-8", "surrogatepass")
 
 
-def plan_shards(arrays: dict[str, np.ndarray], shard_max: int, ext: str) -> list[ShardPlan]:
-    """Shards in name order; arrays over ``shard_max`` bytes with more than one row are split."""
+def plan_shards(arrays: dict[str, np.ndarray], shard_max: int, ext: str,
+                prefix: str = "shards/") -> list[ShardPlan]:
+    """Shards in name order; arrays over ``shard_max`` bytes with more than one row are split.
+    Paths are ``<prefix>NNNN<ext>``."""
     if shard_max < 1:
         raise DataError(f"shard_max must be >= 1, got {shard_max}")
     shards: list[ShardPlan] = []
@@ -50,7 +168,7 @@ def plan_shards(arrays: dict[str, np.ndarray], shard_max: int, ext: str) -> list
     def close() -> None:
         nonlocal current, size
         if current.pieces:
-            current.path = f"shards/{len(shards):04d}{ext}"
+            current.path = f"{prefix}{len(shards):04d}{ext}"
             shards.append(current)
         current, size = ShardPlan(""), 0
 

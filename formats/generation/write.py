@@ -6,6 +6,14 @@ are carried over); every file is written atomically; the MANIFEST is written las
 whose MANIFEST names a file always has that file. Committing (and the ledger line) is the
 caller's business.
 
+Plan, then sink: :func:`write_part` writes the shards of some ranks' pieces and returns what it
+wrote (:class:`PartWritten`: shard and file records, and per rank and array a
+:class:`RankPiece` with its parts and partial statistics); :func:`write_parts` first checks
+that all pieces tile their global arrays (:func:`~snapops.formats.generation.plan.check_layout`),
+then builds the array records (statistics combined from the partials) and seals the MANIFEST.
+A single writer's state is the degenerate case (rank ``None``, whole arrays, ``world=1``); a
+daemon assembling a multi-node generation passes the parts other nodes wrote as ``received``.
+
 >>> written = write_generation(Path("repo"), GenerationSpec(run="run1", format="aero"), 1,
 ...                            "2026-01-02T03:04:05Z", {"w": np.ones((4, 4), np.float32)})
 >>> written.manifest.header.gen, written.paths[-1]
@@ -18,25 +26,28 @@ import dataclasses
 import hashlib
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.contract import WriteResult
 from snapops.formats.dtypes import DTYPES, dtype_name, unsigned_for
 from snapops.formats.errors import DataError, FormatError
 from snapops.formats.model import Snapshot
-from snapops.formats.contract import WriteResult
 from snapops.formats.registry import handler
 
 from .manifest import (
     ArrayRecord, FileRecord, Header, Manifest, Part, Prev, ShardRecord, gen_text, parse_manifest,
     valid_run,
 )
-from .plan import content_digest, piece_array, plan_shards
+from .plan import (
+    LayoutError, RankBox, Shard, check_layout, content_digest, piece_array, plan_shards,
+)
 from .seal import seal_manifest
-from .stats import array_stats
+from .stats import Partial, combine, finish, partial_stats
 from .verify import AGE_SUFFIX, file_sha256
 
 log = logging.getLogger("snapops.generation")
@@ -67,39 +78,178 @@ class Written:
     dense: list[str]           # rewritten WTXT shards where most chunks changed
 
 
+@dataclass(frozen=True)
+class RankPiece:
+    """Rank ``rank``'s box of global array ``name`` as written: where its parts live and the
+    partial statistics of its elements."""
+
+    name: str
+    rank: int | None
+    dtype: str                     # logical dtype
+    stored: str | None             # stored dtype when it differs
+    shape: tuple[int, ...]         # the global shape
+    parts: tuple[Part, ...]        # boxes in global coordinates
+    partial: Partial | None
+
+
+@dataclass
+class PartWritten:
+    """What :func:`write_part` wrote for some ranks (or what another node's part says)."""
+
+    ranks: tuple[int | None, ...]
+    shards: list[ShardRecord] = field(default_factory=list)
+    files: list[FileRecord] = field(default_factory=list)
+    pieces: list[RankPiece] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)    # run-relative paths rewritten
+    dense: list[str] = field(default_factory=list)    # run-relative: most chunks changed
+
+
+def whole(arrays: dict[str, np.ndarray]) -> dict[str, Shard]:
+    """A single writer's arrays as pieces that cover their whole arrays."""
+    return {n: Shard(a, global_shape=a.shape, offsets=(0,) * a.ndim) for n, a in arrays.items()}
+
+
 def write_generation(root: Path, spec: GenerationSpec, gen: int, ts: str,
                      arrays: dict[str, np.ndarray], previous: bytes | None = None) -> Written:
     """Write generation ``gen`` of ``spec.run`` under ``root``; ``previous`` is the last
     committed MANIFEST (reuse, per-path chains and ``prev``)."""
-    if not valid_run(spec.run):
-        raise DataError(f"run name {spec.run!r} is not usable in paths and tags")
-    if spec.format not in EXTENSIONS:
-        raise DataError(f"format {spec.format!r}: expected one of {', '.join(EXTENSIONS)}")
+    return write_parts(root, spec, gen, ts, {None: whole(arrays)}, previous)
+
+
+def write_parts(root: Path, spec: GenerationSpec, gen: int, ts: str,
+                ranks: dict[int | None, dict[str, Shard]], previous: bytes | None = None, *,
+                world: int = 1, received: tuple[PartWritten, ...] = ()) -> Written:
+    """Write generation ``gen`` from the pieces of ``ranks`` ({rank: {name: Shard}}) and the
+    parts other nodes wrote (``received``, their files already in the run folder). LayoutError,
+    with nothing written, when the pieces do not tile their global arrays.
+
+    >>> top = np.arange(8.0).reshape(2, 4)
+    >>> written = write_parts(Path("repo"), GenerationSpec(run="run1"), 1, "2026-01-02T03:04:05Z",
+    ...     {0: {"w": Shard(top, global_shape=(4, 4), offsets=(0, 0))},
+    ...      1: {"w": Shard(top + 8, global_shape=(4, 4), offsets=(2, 0))}}, world=2)
+    >>> [(p.box, p.rank) for p in written.manifest.arrays[0].parts]
+    [(((0, 2), (0, 4)), 0), (((2, 4), (0, 4)), 1)]
+    """
+    check_spec(spec)
     base = parse_manifest(previous, "previous MANIFEST") if previous else None
+    check_layout(layout_boxes(ranks) + [RankBox(p.name, p.rank, p.dtype, p.shape, part.box)
+                                        for r in received for p in r.pieces for part in p.parts])
     folder = root / "snapshots" / spec.run
-    caps = handler(spec.format).capabilities
-    manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format),
+    parts = sorted([write_part(folder, spec, gen, ts, ranks, base), *received],
+                   key=lambda r: [_rank_key(x) for x in r.ranks])
+    manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format, world=world),
                         Prev(base.header.gen, _digest(previous)) if base else Prev())
-    plans = plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format])
-    suffix = AGE_SUFFIX if spec.recipients else ""
-    changed: list[str] = []
-    dense: list[str] = []
-    for plan in plans:
-        data = {p.name: piece_array(arrays, p) for p in plan.pieces}
-        path = plan.path + suffix
-        record, files, share = _shard(folder, path, data, gen, ts, spec, base)
-        manifest.shards.append(record)
-        manifest.files.extend(files)
-        if record.gen == gen:
-            changed += [f"snapshots/{spec.run}/{p}" for p in [path, *(f.path for f in files)]]
-            if share > 0.5:
-                dense.append(f"snapshots/{spec.run}/{path}")
-    manifest.arrays = _array_records(arrays, caps, plans, suffix)
+    for part in parts:
+        manifest.shards.extend(part.shards)
+        manifest.files.extend(part.files)
+    manifest.arrays = array_records([piece for part in parts for piece in part.pieces])
+    run = f"snapshots/{spec.run}"
+    changed = [f"{run}/{p}" for part in parts for p in part.paths]
     changed += _remove_stale(folder, spec.run, base, manifest)
     sealed = seal_manifest(manifest, spec.sign_key, spec.hmac_key)
     text = sealed.render()
     atomic_write_bytes(folder / "MANIFEST", text)
-    return Written(sealed, text, changed + [f"snapshots/{spec.run}/MANIFEST"], dense)
+    return Written(sealed, text, changed + [f"{run}/MANIFEST"],
+                   [f"{run}/{p}" for part in parts for p in part.dense])
+
+
+def check_spec(spec: GenerationSpec) -> None:
+    if not valid_run(spec.run):
+        raise DataError(f"run name {spec.run!r} is not usable in paths and tags")
+    if spec.format not in EXTENSIONS:
+        raise DataError(f"format {spec.format!r}: expected one of {', '.join(EXTENSIONS)}")
+
+
+def layout_boxes(ranks: dict[int | None, dict[str, Shard]]) -> list[RankBox]:
+    return [RankBox(name, rank, dtype_name(piece.local.dtype), piece.global_shape, piece.box)
+            for rank, pieces in ranks.items() for name, piece in pieces.items()]
+
+
+def rank_prefix(rank: int | None) -> str:
+    """Where a rank's shards live in the run folder: ``shards/`` for a single writer."""
+    return "shards/" if rank is None else f"shards/r{rank:04d}/"
+
+
+def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
+               ranks: dict[int | None, dict[str, Shard]], base: Manifest | None) -> PartWritten:
+    """Write (or reuse from ``base``) the shards of every rank's pieces into ``folder``; ranks
+    are written in parallel (the codecs release the GIL), their records merged in rank order."""
+    order = sorted(ranks, key=_rank_key)
+
+    def one(rank: int | None) -> PartWritten:
+        return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base)
+
+    workers = min(len(order), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="snapops-rank") as pool:
+            done = list(pool.map(one, order))
+    else:
+        done = [one(rank) for rank in order]
+    out = PartWritten(tuple(order))
+    for part in done:
+        for name in ("shards", "files", "pieces", "paths", "dense"):
+            getattr(out, name).extend(getattr(part, name))
+    return out
+
+
+def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int | None,
+                pieces: dict[str, Shard], base: Manifest | None) -> PartWritten:
+    """The shards of one rank and its pieces (boxes in global coordinates, partial stats)."""
+    out = PartWritten((rank,))
+    arrays = {n: piece.local for n, piece in pieces.items()}
+    caps = handler(spec.format).capabilities
+    suffix = AGE_SUFFIX if spec.recipients else ""
+    where: dict[str, list[Part]] = {}
+    for plan in plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format], rank_prefix(rank)):
+        data = {p.name: piece_array(arrays, p) for p in plan.pieces}
+        path = plan.path + suffix
+        record, files, share = _shard(folder, path, data, gen, ts, spec, base)
+        out.shards.append(record)
+        out.files.extend(files)
+        if record.gen == gen:
+            out.paths += [path, *(f.path for f in files)]
+            if share > 0.5:
+                out.dense.append(path)
+        for p in plan.pieces:
+            offsets = pieces[p.name].offsets
+            box = tuple((lo + o, hi + o) for (lo, hi), o in zip(p.box, offsets))
+            where.setdefault(p.name, []).append(Part(path, p.name, box, rank))
+    for name in sorted(arrays, key=_name_key):
+        logical = dtype_name(arrays[name].dtype)
+        if logical not in DTYPES:
+            raise DataError(f"array {name!r}: dtype {logical} cannot be part of a generation "
+                            f"(supported: {', '.join(DTYPES)})")
+        stored = None if caps.stores(logical) else unsigned_for(arrays[name].dtype)
+        out.pieces.append(RankPiece(name, rank, logical, stored, pieces[name].global_shape,
+                                    tuple(where[name]), partial_stats(arrays[name])))
+    return out
+
+
+def array_records(pieces: list[RankPiece]) -> list[ArrayRecord]:
+    """One record per global array: the parts of every rank, statistics combined in rank
+    order. Call it on pieces that passed :func:`check_layout`."""
+    by_name: dict[str, list[RankPiece]] = {}
+    for piece in pieces:
+        by_name.setdefault(piece.name, []).append(piece)
+    records = []
+    for name in sorted(by_name, key=_name_key):
+        items = sorted(by_name[name], key=lambda p: _rank_key(p.rank))
+        first = items[0]
+        if len({p.stored for p in items}) != 1:
+            raise LayoutError(f"array {name}: ranks store it as different dtypes")
+        partial = combine(p.partial for p in items)
+        records.append(ArrayRecord(name, first.dtype, first.shape, first.stored,
+                                   None if partial is None else finish(partial),
+                                   tuple(part for p in items for part in p.parts)))
+    return records
+
+
+def _rank_key(rank: int | None) -> int:
+    return -1 if rank is None else rank
+
+
+def _name_key(name: str) -> bytes:
+    return name.encode("utf-8", "surrogatepass")
 
 
 def _digest(data: bytes | None) -> str | None:
@@ -127,7 +277,7 @@ def _write_shard(folder: Path, path: str, data, gen: int, ts: str, spec: Generat
     text = handler(spec.format).capabilities.streams_text  # WTXT: WSUM, DELTA, chunk shares
     streaming = text and nbytes > spec.streaming_threshold
     written = _save(fresh, data, gen, ts, spec, prior, streaming)
-    share = _changed_share(target, fresh) if text and target.exists() else 1.0
+    share = changed_share(target, fresh) if text and target.exists() else 1.0
     companions = _companions(target, fresh, spec, streaming)
     os.replace(fresh, target)
     record = ShardRecord(path, spec.format, written.size, written.sha256, gen, content,
@@ -194,7 +344,7 @@ def _rel(folder: Path, path: Path) -> str:
     return path.relative_to(folder).as_posix()
 
 
-def _changed_share(old: Path, new: Path) -> float:
+def changed_share(old: Path, new: Path) -> float:
     """Share of WTXT chunks whose SHA-256 differs (1.0 when the layouts differ)."""
     from snapops.formats.wtxt._index import open_index
     from snapops.formats.wtxt.delta import chunk_sha_pairs
@@ -204,27 +354,6 @@ def _changed_share(old: Path, new: Path) -> float:
     except (DataError, FormatError):
         return 1.0
     return sum(a != b for a, b in pairs) / len(pairs) if pairs else 0.0
-
-
-def _array_records(arrays, caps, plans, suffix: str) -> list[ArrayRecord]:
-    """Every array under its original name, with its logical dtype, the dtype the shard format
-    stores it as (when it differs), its statistics and where its parts are."""
-    where: dict[str, list[Part]] = {}
-    for plan in plans:
-        for piece in plan.pieces:
-            where.setdefault(piece.name, []).append(Part(plan.path + suffix, piece.name,
-                                                         piece.box))
-    records = []
-    for name in sorted(arrays, key=lambda n: n.encode("utf-8", "surrogatepass")):
-        array = arrays[name]
-        logical = dtype_name(array.dtype)
-        if logical not in DTYPES:
-            raise DataError(f"array {name!r}: dtype {logical} cannot be part of a generation "
-                            f"(supported: {', '.join(DTYPES)})")
-        stored = None if caps.stores(logical) else unsigned_for(array.dtype)
-        records.append(ArrayRecord(name, logical, tuple(array.shape), stored,
-                                   array_stats(array), tuple(where[name])))
-    return records
 
 
 def _remove_stale(folder: Path, run: str, base: Manifest | None, manifest: Manifest) -> list[str]:

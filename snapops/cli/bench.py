@@ -46,6 +46,12 @@ def _pipeline(args):
                         outage=args.outage, interval=args.interval)
 
 
+def _multirank(args):
+    from snapops.bench.multirank import run_multirank
+
+    return run_multirank(args.size, args.ranks, args.workdir)
+
+
 def _formats(args):
     from snapops.bench.formats import FORMAT_BENCHES, run_formats
 
@@ -88,6 +94,14 @@ SUITES = [
                             "help": "seconds the remote is away (0: skip the drain test)"}),
            (("--interval",), {"type": float, "default": 5.0,
                               "help": "seconds between generations during the outage"}))),
+    Suite("multirank", "per-rank request() stall, request-to-pushed for N ranks vs 1",
+          "Runs a git daemon on 127.0.0.1 and a snapops daemon for 1 rank, then for --ranks "
+          "ranks (each its own process holding --size bytes of a row-split state): each rank's "
+          "request() against a memcpy of its part, and request-to-pushed of N ranks x --size "
+          "against 1 rank x --size, in the same run.",
+          "snapops bench multirank --size 64MiB --ranks 4", "64MiB", "_multirank",
+          "snapops.bench.multirank:render_multirank",
+          ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),)),
     Suite("formats", "AERO, FOLD, PyCauset and FINF write/open/verify throughput",
           "Each binary format's own benchmark on one state: write, open (mmap), read/verify "
           "throughput and metadata update time.",

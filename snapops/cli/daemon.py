@@ -27,14 +27,22 @@ def run_daemon(args) -> int:
     return Daemon(config).run()
 
 
+# what only the running daemon knows (state/status.json), shown beside what the WAL says
+DAEMON_KEYS = ("pid", "started", "failures", "push", "retry_at", "retrying", "waiting_for_spool",
+               "waiting_for_ranks", "wal_problem", "leftovers_removed", "node", "committer",
+               "ranks", "parts_remote_reachable", "parts_refused")
+
+
 def run_status(args) -> int:
     from snapops.daemon.client import WAL_NAME
+    from snapops.daemon.ranks import Cluster
     from snapops.daemon.service import status_from
     from snapops.daemon.wal import replay
 
     config = _config(args)
     state_file = resolve(config, config.daemon.state_dir) / "status.json"
-    wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME)
+    wal_state, reader = replay(resolve(config, config.daemon.spool_dir) / WAL_NAME,
+                               **Cluster.from_config(config).wal_scope())
     remotes = {r.name for r in config.repo.remotes}
     status = status_from(wal_state, remotes)
     try:
@@ -42,8 +50,7 @@ def run_status(args) -> int:
     except (OSError, ValueError):
         daemon = {}
     daemon = daemon if isinstance(daemon, dict) else {}
-    status["daemon"] = {k: daemon.get(k) for k in ("pid", "started", "failures", "push",
-                                                    "retry_at")}
+    status["daemon"] = {k: daemon.get(k) for k in DAEMON_KEYS}
     status["daemon_running"] = _running(resolve(config, config.daemon.state_dir))
     status["wal_corrupt_lines"] = len(reader.bad)
     if args.json:

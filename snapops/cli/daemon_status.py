@@ -142,10 +142,16 @@ def render_status(status: dict, wal_state, remotes: list[str], *, now: float) ->
     push = (status.get("daemon") or {}).get("push") or {}
     for name in remotes or sorted(push):
         lines += _remote(name, push.get(name) or {}, now)
-    dropped = status.get("dropped") or []
+    dropped = status.get("dropped_details") or status.get("dropped") or []
     if dropped:
-        lines.append("dropped: " + "; ".join(_entry(item) for item in dropped[-10:]))
-    failures = (status.get("daemon") or {}).get("failures") or []
+        lines.append(f"dropped (last {min(10, len(dropped))} of {len(dropped)}):")
+        lines += [f"  {_entry(item)}" for item in dropped[-10:]]
+    daemon = status.get("daemon") or {}
+    for key, title in (("waiting_for_spool", "waiting for their spool file"),
+                       ("waiting_for_ranks", "waiting for ranks")):
+        if daemon.get(key):
+            lines.append(f"{title}: " + "; ".join(_entry(item) for item in daemon[key][:10]))
+    failures = daemon.get("failures") or []
     if failures:
         lines.append(f"failures (last {min(5, len(failures))} of {len(failures)}):")
         lines += [f"  {_entry(item)}" for item in failures[-5:]]

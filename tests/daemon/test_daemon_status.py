@@ -19,11 +19,13 @@ NOW = 1_780_000_000.0
 
 def wal_state() -> WalState:
     state = WalState()
-    records = [("REQ", 1, {}), ("SPOOLED", 1, {}), ("SERIALIZED", 1, {}),
-               ("COMMITTED", 1, {"commit": "c1"}), ("PUSHED", 1, {"remote": "origin"}),
+    records = [("REQ", 1, {}), ("SPOOLED", 1, {"file": "gen-000000000001.spool"}),
+               ("SERIALIZED", 1, {}),
+               ("COMMITTED", 1, {"commit": "c1" * 20}), ("PUSHED", 1, {"remote": "origin"}),
                ("REQ", 2, {}), ("DROPPED", 2, {"reason": "coalesced", "by": "3"}),
-               ("REQ", 3, {}), ("SPOOLED", 3, {}), ("SERIALIZED", 3, {}),
-               ("COMMITTED", 3, {"commit": "c3"})]
+               ("REQ", 3, {}), ("SPOOLED", 3, {"file": "gen-000000000003.spool"}),
+               ("SERIALIZED", 3, {}),
+               ("COMMITTED", 3, {"commit": "c3" * 20})]
     for line, (event, gen, fields) in enumerate(records, 1):
         state.apply(Record(event, gen, fields, line))
     return state
@@ -43,12 +45,16 @@ def status() -> dict:
     return {"last_requested": 3, "last_spooled": 3, "last_committed": 3,
             "last_pushed": {"origin": 1}, "waiting_to_serialize": [], "push_queue_depth": 1,
             "push_queue": [3], "wal_rejected": 0, "wal_corrupt_lines": 1,
-            "dropped": [2, {"gen": 7, "reason": "failed", "error": "bad ts", "time": NOW - 60}],
+            "dropped": [2, 7],
+            "dropped_details": [{"gen": 2, "reason": "coalesced", "by": "3"},
+                                {"gen": 7, "reason": "failed", "error": "bad ts"}],
             "daemon_running": True,
             "daemon": {"pid": 4242, "started": NOW - 7500, "retry_at": NOW + 5,
                        "failures": [{"gen": 5, "stage": "serialize/commit",
                                      "error": "No space left", "time": NOW - 120}],
-                       "push": {"origin": push}}}
+                       "push": {"origin": push},
+                       "waiting_for_spool": [{"gen": 4, "writer": "0", "waiting_s": 12.5,
+                                              "writer_alive": True}]}}
 
 
 def test_human_status_shows_times_backlog_progress_and_a_table():
@@ -64,7 +70,9 @@ def test_human_status_shows_times_backlog_progress_and_a_table():
     assert f"next retry in 31 s (at {iso_time(NOW + 31)})" in text
     assert f"last pushed: gen 1 at {iso_time(NOW - 3600)}" in text
     assert "also updates refs/heads/master" in text
-    assert f"dropped: gen 2; {iso_time(NOW - 60)} gen 7 error=bad ts reason=failed" in text
+    assert "dropped (last 2 of 2):\n  gen 2 by=3 reason=coalesced\n" \
+        "  gen 7 error=bad ts reason=failed" in text
+    assert "waiting for their spool file: gen 4 waiting_s=12.5 writer=0 writer_alive=True" in text
     assert f"{iso_time(NOW - 120)} gen 5 error=No space left stage=serialize/commit" in text
     assert "WAL: 1 corrupt line(s) skipped" in text
     table = text[text.index("generations (last 3 of 3):"):].splitlines()

@@ -364,7 +364,7 @@ def test_password_is_redacted_from_errors(repo):
     commit_gens(repo, 1, 1)
     url = "http://user:s3cret@127.0.0.1:1/x.git"
     with pytest.raises(PushError,
-                       match=r"push to http://user:\*\*\*@127\.0\.0\.1:1/x\.git") as info:
+                       match=r"push to http://\*\*\*@127\.0\.0\.1:1/x\.git") as info:
         repo.push(url, ["r/gen-000001"], timeout=30)
     assert "s3cret" not in str(info.value) and "//***@127.0.0.1:1" in str(info.value)
     assert redact_url("ssh://git@host/x") == "ssh://git@host/x"
