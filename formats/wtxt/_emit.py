@@ -31,11 +31,12 @@ import pybase64
 
 from .._alloc import tune_allocator
 from ..atomic import writeback_starter
-from ..integrity import FastXor, crc32c, merkle_link
+from ..integrity import FastXor, merkle_link
 from ..keys import keyid
 from ._grammar import (
-    MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, ch_line, expected_caps, format_gen,
+    MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
 )
+from ._heads import RunHeads, chunk_digests
 from ._lines import body_len, encode_bodies
 from ._plan import ENDCH, ch_line_len, chunk_text_len
 from ._prepare import PreparedArray, WriteOptions
@@ -142,28 +143,17 @@ class FileSink:
             self._started = end
 
 
-def chunk_heads(raw: memoryview, first: int, count: int, length: int, start: int) -> bytes:
-    """The ch lines (with LF) of ``count`` chunks of ``length`` bytes from chunk ``first``."""
-    heads = []
-    for k in range(count):
-        off = start + k * length
-        piece = raw[off:off + length]
-        heads.append(ch_line(first + k, off, length, hashlib.sha256(piece).hexdigest(),
-                             crc32c(piece)))
-    return ("\n".join(heads) + "\n").encode("ascii")
-
-
 def encode_run(sink: FileSink, raw: memoryview, first: int, count: int, length: int,
                start: int, at: int) -> None:
     """Encode ``count`` chunks of ``length`` bytes from chunk ``first`` and write their text
     (ch line, body, endch each) at ``at``."""
-    heads = chunk_heads(raw, first, count, length, start)
-    head_len, blen = len(heads) // count, body_len(length)
-    out = np.empty((count, head_len + blen + len(ENDCH)), np.uint8)
-    out[:, :head_len] = np.frombuffer(heads, np.uint8).reshape(count, head_len)
-    encode_bodies(raw[start:start + count * length], length, count,
-                  out[:, head_len:head_len + blen])
-    out[:, head_len + blen:] = _ENDCH
+    data = raw[start:start + count * length]
+    heads = RunHeads(first, count, length, start)
+    width, blen = heads.width, body_len(length)
+    out = np.empty((count, width + blen + len(ENDCH)), np.uint8)
+    out[:, :width] = heads.fill(*chunk_digests(data, count, length))
+    encode_bodies(data, length, count, out[:, width:width + blen])
+    out[:, width + blen:] = _ENDCH
     sink.write_at(at, out)
 
 
@@ -180,7 +170,8 @@ def encode_piece(sink: FileSink, piece: memoryview, at: int, last: bool) -> None
 def write_head(sink: FileSink, raw: memoryview, ix: int, length: int, start: int,
                at: int) -> None:
     """The ch line of one huge chunk (its SHA-256 and CRC32C cover the whole chunk)."""
-    sink.write_at(at, chunk_heads(raw, ix, 1, length, start))
+    heads = RunHeads(ix, 1, length, start)
+    sink.write_at(at, heads.fill(*chunk_digests(raw[start:start + length], 1, length)))
 
 
 def chunk_jobs(array: PreparedArray, at: int):

@@ -113,7 +113,7 @@ def _put_lines(lines: np.ndarray, chars: np.ndarray) -> None:
     width = chars.shape[2]
     lines[:, :, :width] = chars
     lines[:, :, width] = 0x20
-    lines[:, :, width + 1] = HEX_DIGITS[parity(chars)]
+    lines[:, :, width + 1] = HEX_DIGITS.take(parity(chars))
     lines[:, :, width + 2] = 0x0A
 
 
@@ -161,14 +161,21 @@ def _decode(text: np.ndarray, length: int, out, check: bool) -> np.ndarray:
 def _gather(lines: np.ndarray, check: bool) -> np.ndarray:
     """The characters of (count, n, width + 3) lines as a contiguous (count, n, width) array,
     copied as fixed-size items (a memcpy each, not a strided byte copy). With ``check``,
-    raise ValueError unless the separators and every parity digit are right."""
+    raise ValueError unless every line ends in a space, its parity digit and LF."""
     width = lines.shape[2] - 3
-    chars = np.ascontiguousarray(lines[:, :, :width].view(f"S{width}")).view(np.uint8)
-    chars = chars.reshape(lines.shape[0], lines.shape[1], width)
-    if check and not ((lines[:, :, width] == 0x20).all() and (lines[:, :, width + 2] == 0x0A).all()
-                      and np.array_equal(HEX_VALUE[lines[:, :, width + 1]], parity(chars))):
-        raise ValueError("separators or parity")
+    chars = _items(lines[:, :, :width])
+    if check:
+        ends = _items(lines[:, :, width:])
+        if not ((ends[..., 0] == 0x20).all() and (ends[..., 2] == 0x0A).all()
+                and np.array_equal(ends[..., 1], HEX_DIGITS.take(parity(chars)))):
+            raise ValueError("separators or parity")
     return chars
+
+
+def _items(columns: np.ndarray) -> np.ndarray:
+    """A contiguous copy of (count, n, k) byte columns whose last axis is contiguous."""
+    k = columns.shape[2]
+    return np.ascontiguousarray(columns.view(f"S{k}")).view(np.uint8).reshape(columns.shape)
 
 
 def _decode_whole(chars: np.ndarray, dest: np.ndarray) -> None:
