@@ -21,8 +21,11 @@ from typing import Any, Callable
 import numpy as np
 
 from snapops.formats.errors import DataError, FormatError
+from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
 from snapops.formats.model import le_contiguous
 from snapops.formats.registry import detect
+
+from ._npz import npz_members
 
 
 @dataclass(frozen=True)
@@ -118,13 +121,18 @@ class SnapshotSource:
         self.close()
 
 
-def open_snapshot(path: str | os.PathLike, *, rows_per_block: int | None = None
-                  ) -> SnapshotSource:
-    """Open any supported snapshot for review (``detect`` picks the format)."""
+def open_snapshot(path: str | os.PathLike, *, rows_per_block: int | None = None,
+                  limits: DeclaredLimits = DEFAULT_LIMITS) -> SnapshotSource:
+    """Open any supported snapshot for review (``detect`` picks the format). Every array's
+    declared size is bounded by ``limits`` (and by the file) before anything is read.
+
+    >>> with open_snapshot("state.npz") as snap:
+    ...     first = snap.arrays[snap.names()[0]].read(0, 10)
+    """
     handler = detect(path)
     if handler.name == "wtxt":
         return _open_wtxt(os.fspath(path), rows_per_block)
-    return _open_generic(os.fspath(path), handler, rows_per_block)
+    return _open_generic(os.fspath(path), handler, rows_per_block, limits)
 
 
 # --- WTXT -----------------------------------------------------------------------------------
@@ -176,14 +184,38 @@ def _wtxt_source(index, item, rows_per_block: int | None) -> ArraySource:
 
 # --- every other format --------------------------------------------------------------------
 
-def _open_generic(path: str, handler, rows_per_block: int | None) -> SnapshotSource:
-    """Per-array lazy access where the format offers it (``open_lazy`` with ``names`` and
-    ``[name]``, npz members, safetensors tensors), else one ``load``."""
+def _open_generic(path: str, handler, rows_per_block: int | None,
+                  limits: DeclaredLimits) -> SnapshotSource:
+    """Streamed access for .npz members and .safetensors tensors (bounded memory), per-array
+    lazy access where the format offers it (``open_lazy`` with ``names`` and ``[name]``),
+    else one ``load``."""
+    if handler.name == "npz":
+        return _open_npz(path, rows_per_block, limits)
+    if handler.name == "safetensors":
+        return _open_safetensors(path, rows_per_block, limits)
     getter, names, meta, close = _lazy_access(path, handler)
     source = SnapshotSource(handler.name, {k: _text(v) for k, v in meta.items()}, [])
     source.closers.append(close)
     for name, (dtype, shape) in names.items():
+        check_declared(name, _nbytes(dtype, shape), limits, path)
         source.arrays[name] = _ndarray_source(name, dtype, shape, getter, rows_per_block)
+    return source
+
+
+def _nbytes(dtype, shape) -> int:
+    return int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+
+
+def _open_npz(path: str, rows_per_block: int | None, limits: DeclaredLimits
+              ) -> SnapshotSource:
+    archive, members = npz_members(path, limits)
+    source = SnapshotSource("npz", {}, [])
+    source.closers.append(archive.close)
+    for name, member in members.items():
+        source.arrays[name] = ArraySource(
+            name, member.dtype, member.shape,
+            default_layout(member.shape, member.dtype.itemsize, rows_per_block), member.read,
+            release=member.release)
     return source
 
 
@@ -208,10 +240,6 @@ def _ndarray_source(name: str, dtype, shape, getter, rows_per_block) -> ArraySou
 
 
 def _lazy_access(path: str, handler):
-    if handler.name == "npz":
-        return _npz_access(path)
-    if handler.name == "safetensors":
-        return _safetensors_access(path)
     opener = _lazy_opener(handler.name)
     if opener is not None:
         try:
@@ -248,46 +276,46 @@ def _lazy_opener(name: str):
     return getattr(module, "open_lazy", None)
 
 
-def _npz_access(path: str):
-    import zipfile
-
-    try:
-        archive = np.load(path, allow_pickle=False)
-        shapes = {}
-        for key in archive.files:
-            with archive.zip.open(key + ".npy") as member:
-                fmt = np.lib.format
-                version = fmt.read_magic(member)
-                read_header = (fmt.read_array_header_1_0 if version == (1, 0)
-                               else fmt.read_array_header_2_0)
-                shape, _, dtype = read_header(member)
-            shapes[key] = (dtype, shape)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as exc:
-        raise FormatError("not a readable .npz archive", path=path, got=str(exc)) from exc
-
-    def get(name: str) -> np.ndarray:
-        try:
-            return archive[name]
-        except ValueError as exc:
-            raise FormatError("npz member needs pickle (object array); refused", path=path,
-                              array=name) from exc
-    return get, shapes, {}, archive.close
-
-
-def _safetensors_access(path: str):
+def _open_safetensors(path: str, rows_per_block: int | None, limits: DeclaredLimits
+                      ) -> SnapshotSource:
+    """Tensors read row range by row range (``get_slice``): bounded memory per block."""
     from safetensors import SafetensorError, safe_open
 
     try:
         handle = safe_open(path, framework="np")
-        names = list(handle.keys())
-        shapes = {}
-        for name in names:
-            piece = handle.get_slice(name)
-            shapes[name] = (_st_dtype(piece.get_dtype(), path, name), tuple(piece.get_shape()))
+        slices = {name: handle.get_slice(name) for name in handle.keys()}
+        shapes = {name: (_st_dtype(piece.get_dtype(), path, name), tuple(piece.get_shape()))
+                  for name, piece in slices.items()}
         meta = handle.metadata() or {}
     except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise FormatError("not a readable .safetensors file", path=path, got=str(exc)) from exc
-    return handle.get_tensor, shapes, meta, lambda: None
+    source = SnapshotSource("safetensors", {k: _text(v) for k, v in meta.items()}, [])
+    for name, (dtype, shape) in shapes.items():
+        check_declared(name, _nbytes(dtype, shape), limits, path)
+        source.arrays[name] = ArraySource(
+            name, dtype.newbyteorder("="), shape,
+            default_layout(shape, dtype.itemsize, rows_per_block),
+            _row_reader(handle, slices[name], name, shape, path))
+    return source
+
+
+def _row_reader(handle, piece, name: str, shape: tuple[int, ...], path: str):
+    """``read(start, stop)`` of a safetensors tensor through the rows that hold the range."""
+    from safetensors import SafetensorError
+
+    row = int(np.prod(shape[1:], dtype=object)) if len(shape) > 1 else 1
+
+    def read(start: int, stop: int) -> np.ndarray:
+        try:
+            if not shape:
+                return np.asarray(handle.get_tensor(name)).reshape(-1)[start:stop]
+            first, last = start // row, -(-stop // row)
+            rows = np.asarray(piece[first:last]).reshape(-1)
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise FormatError("safetensors tensor cannot be read", path=path, array=name,
+                              got=str(exc)) from exc
+        return rows[start - first * row:stop - first * row]
+    return read
 
 
 _ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
