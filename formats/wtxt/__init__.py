@@ -1,4 +1,4 @@
-"""WTXT 1.1: deterministic, ASCII, Git-diffable snapshots (specs/wtxt-v1.1.md + wtxt-canonical.md).
+"""WTXT 1.1: deterministic, ASCII, Git-diffable snapshots (format documentation: docs/formats/).
 
 Verbs: ``save``/``write`` (writer), ``load`` (reader), ``open_lazy`` (one array at a time),
 ``verify`` (every check, first failure named), ``inspect`` (summary), ``read_header``;

@@ -1,7 +1,8 @@
 """WTXT 1.1 line grammar: constants, formatting and strict parsing of the non-base64 lines.
 
-Binding rules: ../shared/specs/wtxt-canonical.md. Every ``parse_*`` takes one line *without*
-its LF and the 1-based line number, and raises FormatError naming both on any deviation.
+The binding rules are those of the WTXT format documentation (docs/formats/, canonical form).
+Every ``parse_*`` takes one line *without* its LF and the 1-based line number, and raises
+FormatError naming both on any deviation.
 """
 
 from __future__ import annotations
