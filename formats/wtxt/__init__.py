@@ -1,7 +1,8 @@
 """WTXT 1.1: deterministic, ASCII, Git-diffable snapshots (format documentation: docs/formats/).
 
 Verbs: ``save``/``write`` (writer), ``load`` (reader), ``open_lazy`` (one array at a time),
-``verify`` (every check, first failure named), ``inspect`` (summary), ``read_header``;
+``verify`` (every check, first failure named), ``inspect`` (summary), ``read_header``
+(``read_header_from`` for an open stream);
 ``open_index`` gives chunk-level access (chunk SHA-256 values without decoding, chosen chunks
 decoded with or without the checks).
 """
@@ -15,7 +16,9 @@ from ._emit import WriteResult  # noqa: F401
 from ._grammar import DTYPES, MAGIC  # noqa: F401
 from ._prepare import WriteOptions, map_name, unmap_name  # noqa: F401
 from .index import IndexedArray, WtxtIndex, open_index  # noqa: F401
-from .read import HeaderInfo, LazyWtxt, load, open_lazy, read_header  # noqa: F401
+from .read import (  # noqa: F401
+    HeaderInfo, LazyWtxt, load, open_lazy, read_header, read_header_from,
+)
 from .verify import verify  # noqa: F401
 from .write import save, write  # noqa: F401
 

@@ -8,6 +8,7 @@ import hmac as _hmac
 import mmap
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
@@ -55,12 +56,23 @@ def _open(path):
 def read_header(path: str | os.PathLike) -> HeaderInfo:
     """Parse only the header lines (cheap; no content checks)."""
     with _open(path) as f:
-        reader = LineReader(f, max_line=MAX_LINE)
-        try:
-            header = _read_header(reader)
-            read_sign(reader, header)
-        except FormatError as exc:
-            raise exc.located(os.fspath(path))
+        return read_header_from(f, os.fspath(path))
+
+
+def read_header_from(stream: BinaryIO, name: str = "<stream>") -> HeaderInfo:
+    """``read_header`` for an open binary stream (a blob piped from git, for example); reads
+    the header lines and at most 1 MiB beyond them. ``name`` locates errors.
+
+    >>> with open("state.wtxt", "rb") as f:
+    ...     read_header_from(f).gen
+    12
+    """
+    reader = LineReader(stream, max_line=MAX_LINE)
+    try:
+        header = _read_header(reader)
+        read_sign(reader, header)
+    except FormatError as exc:
+        raise exc.located(name)
     return header_info(header)
 
 
