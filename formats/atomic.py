@@ -114,6 +114,7 @@ class DigestingFile:
         self._behind = 0
         self.size = 0
         self._digest: str | None = None
+        self._readback = None
 
     def write(self, data) -> int:
         if self._seekable:
@@ -163,17 +164,36 @@ class DigestingFile:
     def fileno(self) -> int:
         return self._raw.fileno()
 
+    def start_readback(self) -> None:
+        """Seekable mode, the writer done: hash the file from the page cache on a helper
+        thread, so the read overlaps the fsync that follows; ``finish`` waits for it."""
+        self._raw.flush()
+        fd = os.dup(self._raw.fileno())
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
+        self._readback = self._pool.submit(self._hash_descriptor, fd)
+
+    def _hash_descriptor(self, fd: int) -> None:
+        try:
+            self.size = os.fstat(fd).st_size
+            if self.size:
+                with mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) as whole, \
+                        memoryview(whole) as view:
+                    self._sha.update(view)
+        finally:
+            os.close(fd)
+
     def finish(self, written: str | os.PathLike | None = None) -> str:
         """The digest of the file's bytes, once the writer is done (``written``: the file's
         path, for ``seekable=True`` when the file object is already closed)."""
         self._catch_up(0)
-        self.close()
-        if self._seekable and self.size:
+        if self._readback is not None:
+            self._readback.result()
+        elif self._seekable:
             with open(written, "rb") if written is not None else contextlib.nullcontext(
-                    self._raw) as f, mmap.mmap(f.fileno(), self.size,
-                                               access=mmap.ACCESS_READ) as whole:
-                with memoryview(whole) as view:
-                    self._sha.update(view)
+                    self._raw) as f:
+                self._hash_descriptor(os.dup(f.fileno()))
+        self.close()
         self._digest = self._sha.hexdigest()
         return self._digest
 
@@ -204,6 +224,8 @@ def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
         with atomic_write(path, mode=mode, before_replace=finish) as handle:
             digesting = DigestingFile(handle, seekable=seekable, stable=stable)
             yield digesting
+            if seekable:
+                digesting.start_readback()
     finally:
         if digesting is not None:
             digesting.close()

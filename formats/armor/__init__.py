@@ -28,7 +28,6 @@ from ._keys import load_identities, load_recipients, parse_recipient
 from ._stream import (
     MAX_PASSPHRASE_BYTES, Progress, decrypt_file, decrypt_io, encrypt_file, encrypt_io,
 )
-from .bench import bench_armor
 
 __all__ = [
     "BEGIN", "END", "COLUMNS", "BYTES_PER_LINE", "LINES_PER_BLOCK", "BLOCK_BYTES", "TEXT_BLOCK",
@@ -36,5 +35,4 @@ __all__ = [
     "ArmorEncoder", "ArmorDecoder", "is_armored",
     "parse_recipient", "load_recipients", "load_identities",
     "encrypt_io", "decrypt_io", "encrypt_file", "decrypt_file",
-    "bench_armor",
 ]

@@ -346,11 +346,10 @@ def _rel(folder: Path, path: Path) -> str:
 
 def changed_share(old: Path, new: Path) -> float:
     """Share of WTXT chunks whose SHA-256 differs (1.0 when the layouts differ)."""
-    from snapops.formats.wtxt._index import open_index
     from snapops.formats.wtxt.delta import chunk_sha_pairs
 
     try:
-        pairs = chunk_sha_pairs(open_index(old), open_index(new), old, new)
+        pairs = chunk_sha_pairs(old, new)
     except (DataError, FormatError):
         return 1.0
     return sum(a != b for a, b in pairs) / len(pairs) if pairs else 0.0

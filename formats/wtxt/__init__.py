@@ -3,7 +3,9 @@
 The format contract (:class:`~snapops.formats.contract.SnapshotFormat`) as ``FORMAT``; its
 verbs are this module's ``save``, ``load``, ``open_lazy``, ``verify`` and ``inspect``, plus
 ``write`` (to an open stream) and ``read_header`` (the first lines only). Names and dtypes WTXT
-cannot spell are carried in the audit line (see :mod:`.logical`).
+cannot spell are carried in the audit line (see :mod:`.logical`). ``open_index`` gives
+chunk-level access (chunk SHA-256 values without decoding, chosen chunks decoded with or
+without the checks); ``read_header_from`` reads the header of an open stream.
 
 >>> import ml_dtypes
 >>> state = {"layer.0.weight": np.ones((2, 2), ml_dtypes.bfloat16), "step": np.int64(7)}
@@ -27,15 +29,16 @@ from ..errors import FormatError
 from ..model import ArrayMapping, Snapshot
 from ..report import Report
 from ._grammar import DTYPES, MAGIC
-from ._index import open_index
+from .index import IndexedArray, WtxtIndex, open_index
 from .logical import NAMES_KEY, audit_pairs, original_names
-from .read import HeaderInfo, LazyWtxt, header_info, read_header
+from .read import HeaderInfo, LazyWtxt, header_info, read_header, read_header_from
 from .read import load as load_stored
 from .verify import verify_file
 from .write import WtxtOptions, save_stored, write_stored
 
 __all__ = ["FORMAT", "Wtxt", "WtxtOptions", "save", "write", "load", "open_lazy", "verify",
-           "inspect", "read_header", "header_info", "HeaderInfo", "open_index", "DTYPES",
+           "inspect", "read_header", "read_header_from", "header_info", "HeaderInfo", "open_index",
+           "IndexedArray", "WtxtIndex", "DTYPES",
            "MAGIC"]
 
 

@@ -14,12 +14,14 @@ from ..errors import ChecksumError, FormatError
 from ..integrity import crc32c
 from ._grammar import CH_RE, WIDTH, grammar_error, lines_for
 from ._lines import B64_VALUE, HEX_VALUE, b64_len, decode_bodies, line_parity
+from ._heads import RunHeads, chunk_digests
 from ._plan import ENDCH, ChunkPlan, body_len, chunk_text_len
 from ._reader import LineReader
 
 BATCH_BYTES = 1 << 20
 GROUP_LINES = 16384           # lines per piece when a single chunk is larger than BATCH_BYTES
 MAX_IN_FLIGHT = 4
+_ENDCH = np.frombuffer(ENDCH, np.uint8)
 _B64_LINE = np.zeros(256, bool)
 _B64_LINE[B64_VALUE != 0xFF] = True
 _B64_LINE[ord("=")] = True
@@ -30,36 +32,35 @@ def expected_head(ix: int, off: int, length: int) -> tuple[bytes, bytes]:
             b" b64=on width=76 lines=%d" % lines_for(length))
 
 
-def decode_run(block, first: int, count: int, length: int, start: int, dest=None):
-    """Raw bytes of ``count`` chunks held in ``block`` (decoded into ``dest`` when given:
-    the array's buffer, offset ``start``), or None if anything is off."""
+def decode_run(block, first: int, count: int, length: int, start: int, out=None):
+    """Raw bytes of ``count`` chunks (the first at raw offset ``start``) whose text is
+    ``block``, decoded into ``out`` (a writable buffer of their size) when given; None if
+    anything is off (then ``read_chunk`` names the fault)."""
     row = chunk_text_len(first, length)
     if len(block) != row * count:
         return None
     text = np.frombuffer(block, np.uint8).reshape(count, row)
-    head_len = row - body_len(length) - len(ENDCH)
-    heads = []
-    for k in range(count):
-        line = bytes(block[k * row:k * row + head_len - 1])
-        prefix, suffix = expected_head(first + k, start + k * length, length)
-        if not (line.startswith(prefix) and line.endswith(suffix)):
-            return None
-        m = CH_RE.fullmatch(line)
-        if not m:
-            return None
-        heads.append((m.group(4), m.group(5)))
-    if not (text[:, head_len - 1] == 0x0A).all() or not (text[:, -len(ENDCH):] == np.frombuffer(ENDCH, np.uint8)).all():
+    heads = RunHeads(first, count, length, start)
+    blen = body_len(length)
+    if not (text[:, heads.width + blen:] == _ENDCH).all():
         return None
-    out = dest[start:start + count * length] if dest is not None else None
-    raw = decode_bodies(text[:, head_len:head_len + body_len(length)], length, out)
+    raw = decode_bodies(text[:, heads.width:heads.width + blen], length, out)
     if raw is None:
         return None
-    view = memoryview(raw)
-    for k, (sha, crc) in enumerate(heads):
-        piece = view[k * length:(k + 1) * length]
-        if crc32c(piece) != int(crc, 16) or hashlib.sha256(piece).hexdigest().encode() != sha:
-            return None
-    return raw
+    sha, crc = chunk_digests(raw, count, length)
+    return raw if heads.match(text[:, :heads.width], sha, crc) else None
+
+
+def check_ch_line(line: bytes, no: int, ix: int, off: int, length: int, array: str
+                  ) -> tuple[str, int]:
+    """The (sha256 hex, crc32c) of the ch line of chunk ``ix``, or a grammar error naming
+    line ``no``."""
+    prefix, suffix = expected_head(ix, off, length)
+    m = CH_RE.fullmatch(line)
+    if not m or not line.startswith(prefix) or not line.endswith(suffix):
+        raise grammar_error(no, (prefix + b"<sha256> crc32c=<hex8>" + suffix).decode(), line,
+                            array=array, chunk=ix)
+    return m.group(4).decode(), int(m.group(5), 16)
 
 
 class ChunkReader:
@@ -91,9 +92,9 @@ class ChunkReader:
             block = self.reader.read_exact(count * chunk_text_len(first, length),
                                            count * (2 + lines_for(length)))
             credited = self.reader.line_no - before
-            job = (self.pool.submit(decode_run, block, first, count, length, start, self.dest)
-                   if self.pool else
-                   _done(decode_run(block, first, count, length, start, self.dest)))
+            out = self.dest[start:start + count * length] if self.dest is not None else None
+            job = (self.pool.submit(decode_run, block, first, count, length, start, out)
+                   if self.pool else _done(decode_run(block, first, count, length, start, out)))
             window.append((job, block, first, count, credited))
             while len(window) > MAX_IN_FLIGHT or (window and window[0][0].done()):
                 raw, fallback = self._take(window)
@@ -136,12 +137,7 @@ class ChunkReader:
         """One chunk, line by line, with precise errors (used for faults and huge chunks)."""
         off, length = self.plan.span(ix)
         no, line = self.reader.readline()
-        prefix, suffix = expected_head(ix, off, length)
-        m = CH_RE.fullmatch(line)
-        if not m or not line.startswith(prefix) or not line.endswith(suffix):
-            raise grammar_error(no, (prefix + b"<sha256> crc32c=<hex8>" + suffix).decode(), line,
-                                array=self.array, chunk=ix)
-        sha_want, crc_want = m.group(4).decode(), int(m.group(5), 16)
+        sha_want, crc_want = check_ch_line(line, no, ix, off, length, self.array)
         sha, crc, parts = hashlib.sha256(), 0, []
         total_chars = b64_len(length)
         n_lines = lines_for(length)

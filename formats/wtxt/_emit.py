@@ -1,9 +1,16 @@
-"""The WTXT writer: two passes over in-memory arrays, bounded extra memory.
+"""The WTXT writer: plan the file's layout, then let the worker threads fill it in place.
 
-Pass 1 hashes each array (SHA-256 and HMAC, in parallel: hashlib releases the GIL). Pass 2
-emits the header with a fixed-width placeholder root line, then the chunks (encoded in
-parallel batches, written in order) while another thread computes ``sha256_all``; the root
-and sign lines are patched in place at the end. Non-seekable outputs get ``sha256_all`` first.
+Every line of a WTXT file has a width known before any hash is computed, so ``plan_layout``
+gives the offset of every line and chunk up front (plan, then sink). The work then runs on
+``threads`` workers (hashlib, pybase64, numpy and pwrite release the GIL, so two workers use
+two cores): first each array's SHA-256 and HMAC as one task each (the HMAC over ``salt||raw``
+is a second SHA-256 pass over the same buffer, run beside the first); then tasks of about
+1 MiB of chunks, each computing its chunk SHA-256 and CRC32C, encoding the bodies and writing
+the text at its offset; and, as soon as the digests are known, one task for the root hash
+(``sha256_all`` over every arr line and array, and ``fastxor``). The arr lines, the root line
+and the sign line are written last. Finished ranges are handed to the kernel's writeback as
+they complete, so the final fsync has little left to wait for. Peak extra memory is a few
+MiB per worker. Outputs that are not regular files get the bytes through a temporary file.
 """
 
 from __future__ import annotations
@@ -11,6 +18,10 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac as _hmac
+import os
+import shutil
+import stat
+import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -19,18 +30,24 @@ import numpy as np
 import pybase64
 
 from .._alloc import tune_allocator
-from ..integrity import FastXor, crc32c, merkle_link
+from ..atomic import writeback_starter
+from ..integrity import FastXor, merkle_link
 from ..keys import keyid
 from ._grammar import (
-    MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, ch_line, expected_caps, format_gen,
+    MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
 )
-from ._lines import encode_bodies
-from ._plan import ENDCH, body_len
+from ._heads import RunHeads, chunk_digests
+from ._lines import body_len, encode_bodies
+from ._plan import ENDCH, ch_line_len, chunk_text_len
 from ._prepare import PreparedArray, WriteOptions
 
 BATCH_BYTES = 1 << 20        # raw bytes per encode task
 PIECE_BYTES = 57 * 16384     # raw bytes per piece of a chunk larger than BATCH_BYTES
-MAX_IN_FLIGHT = 6
+MAX_IN_FLIGHT = 8            # encode tasks queued or running at once
+WRITEBACK_BYTES = 16 << 20   # start writeback of finished text in steps of this size
+ROOT_LINE_LEN = len(Root(ZERO64, ZERO64, ZERO64, ZERO16).line()) + 1
+SIGN_LINE_LEN = len("sign ed25519= keyid=\n") + 88 + 16
+_ENDCH = np.frombuffer(ENDCH, np.uint8)
 
 
 @dataclass(frozen=True)
@@ -56,8 +73,146 @@ def salt_for(key: bytes | None, gen: str, name: str) -> bytes:
     return _hmac.new(key, b"wtxt-salt" + gen.encode() + name.encode(), "sha256").digest()[:8]
 
 
-def _array_digests(array: PreparedArray, key: bytes | None, gen: str, pool) -> tuple[Future, Future | None, bytes]:
-    salt = salt_for(key, gen, array.name)
+@dataclass(frozen=True)
+class ArrayPlace:
+    """Where one array's text goes: its arr (+ idx) lines, its chunks, its endarr line."""
+
+    arr_at: int
+    body_at: int
+    end_at: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    places: list[ArrayPlace]
+    tail_at: int             # offset of the audit / endwtxt lines
+    size: int                # total bytes
+
+
+def idx_line(array: PreparedArray) -> str:
+    plan = array.plan
+    if plan.rows_per_chunk is None:
+        return ""
+    return (f"idx rows_per_chunk={plan.rows_per_chunk} row_size={plan.row_size} "
+            "row_blocking=on\n")
+
+
+def plan_layout(arrays: list[PreparedArray], head_len: int, tail: bytes) -> Layout:
+    """Offsets of every array's text after ``head_len`` header bytes; ``tail`` is what follows
+    the last array (audit and endwtxt lines)."""
+    places, at = [], head_len
+    for array in arrays:
+        line = ArrLine(array.name, array.dtype, array.shape, len(array.raw), ZERO64, ZERO64,
+                       ZERO16).line()
+        body_at = at + len(line) + 1 + len(idx_line(array))
+        end_at = body_at + sum(count * chunk_text_len(first, length)
+                               for first, count, length in array.plan.runs(1 << 62))
+        places.append(ArrayPlace(at, body_at, end_at))
+        at = end_at + len(b"endarr\n")
+    return Layout(places, at, at + len(tail))
+
+
+def _fallocate_call():
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_FALLOCATE = _fallocate_call()
+
+
+class FileSink:
+    """Positional writes into a regular file from any thread (``os.pwrite``), and writeback
+    started for the finished prefix as it grows."""
+
+    def __init__(self, fd: int, base: int) -> None:
+        self.fd, self.base = fd, base
+        self._writeback = writeback_starter()
+        self._started = 0
+
+    def reserve(self, size: int) -> None:
+        """Allocate the file's blocks up front where the file system supports fallocate(2)
+        (less work per write on ext4/xfs); advisory, and never posix_fallocate's emulation,
+        which would write every block twice."""
+        if _FALLOCATE is not None:
+            _FALLOCATE(self.fd, 0, self.base, size)
+
+    def write_at(self, offset: int, data) -> None:
+        view = memoryview(data).cast("B")
+        pos = self.base + offset
+        while view:
+            written = os.pwrite(self.fd, view, pos)
+            if written <= 0:
+                raise OSError(f"short write at offset {pos}")
+            view, pos = view[written:], pos + written
+
+    def finished_up_to(self, end: int) -> None:
+        if self._writeback is not None and end - self._started >= WRITEBACK_BYTES:
+            self._writeback(self.fd, self.base + self._started, end - self._started)
+            self._started = end
+
+
+def encode_run(sink: FileSink, raw: memoryview, first: int, count: int, length: int,
+               start: int, at: int) -> None:
+    """Encode ``count`` chunks of ``length`` bytes from chunk ``first`` and write their text
+    (ch line, body, endch each) at ``at``."""
+    data = raw[start:start + count * length]
+    heads = RunHeads(first, count, length, start)
+    width, blen = heads.width, body_len(length)
+    out = np.empty((count, width + blen + len(ENDCH)), np.uint8)
+    out[:, :width] = heads.fill(*chunk_digests(data, count, length))
+    encode_bodies(data, length, count, out[:, width:width + blen])
+    out[:, width + blen:] = _ENDCH
+    sink.write_at(at, out)
+
+
+def encode_piece(sink: FileSink, piece: memoryview, at: int, last: bool) -> None:
+    """Body text of a line-aligned piece of one huge chunk (and endch after the last one)."""
+    blen = body_len(len(piece))
+    out = np.empty((1, blen + (len(ENDCH) if last else 0)), np.uint8)
+    encode_bodies(piece, len(piece), 1, out[:, :blen])
+    if last:
+        out[0, blen:] = _ENDCH
+    sink.write_at(at, out)
+
+
+def write_head(sink: FileSink, raw: memoryview, ix: int, length: int, start: int,
+               at: int) -> None:
+    """The ch line of one huge chunk (its SHA-256 and CRC32C cover the whole chunk)."""
+    heads = RunHeads(ix, 1, length, start)
+    sink.write_at(at, heads.fill(*chunk_digests(raw[start:start + length], 1, length)))
+
+
+def chunk_jobs(array: PreparedArray, at: int):
+    """(function, args, end offset) of the tasks that write ``array``'s chunks from ``at``."""
+    raw, plan = array.raw, array.plan
+    for first, count, length in plan.runs(BATCH_BYTES):
+        start = first * plan.chunk_len
+        if length <= BATCH_BYTES:
+            end = at + count * chunk_text_len(first, length)
+            yield encode_run, (raw, first, count, length, start, at), end
+            at = end
+            continue
+        end = at + ch_line_len(first, length)
+        yield write_head, (raw, first, length, start, at), end
+        for pos in range(0, length, PIECE_BYTES):
+            part = raw[start + pos:start + min(length, pos + PIECE_BYTES)]
+            last = pos + PIECE_BYTES >= length
+            at, end = end, end + body_len(len(part)) + (len(ENDCH) if last else 0)
+            yield encode_piece, (part, at, last), end
+        at = end
+
+
+def array_digests(pool, array: PreparedArray, key: bytes | None, salt: bytes
+                  ) -> tuple[Future, Future | None]:
+    """Futures of the array's SHA-256 and (with a key) HMAC over ``salt||raw``: two tasks, so
+    the two passes over the same buffer run on two cores."""
     sha = pool.submit(lambda: hashlib.sha256(array.raw).hexdigest())
     mac = None
     if key is not None:
@@ -66,148 +221,110 @@ def _array_digests(array: PreparedArray, key: bytes | None, gen: str, pool) -> t
             h.update(array.raw)
             return h.hexdigest()
         mac = pool.submit(run_mac)
-    return sha, mac, salt
+    return sha, mac
 
 
-def arr_lines(arrays: list[PreparedArray], key: bytes | None, gen: str, pool) -> list[str]:
-    """Pass 1: the exact ``arr`` line of every array."""
-    pending = [_array_digests(a, key, gen, pool) for a in arrays]
-    lines = []
-    for array, (sha, mac, salt) in zip(arrays, pending):
+def root_values(arrays: list[PreparedArray], digests, salts) -> tuple[list[str], str, str]:
+    """The arr lines, ``sha256_all`` and ``fastxor`` (once every digest is known)."""
+    lines, total, fx = [], hashlib.sha256(), FastXor()
+    for array, (sha, mac), salt in zip(arrays, digests, salts):
         line = ArrLine(array.name, array.dtype, array.shape, len(array.raw), sha.result(),
-                       mac.result() if mac else ZERO64, salt.hex())
-        lines.append(line.line())
-    return lines
-
-
-def hash_all(arrays: list[PreparedArray], lines: list[str]) -> str:
-    h = hashlib.sha256()
-    for array, line in zip(arrays, lines):
-        h.update(line.encode("ascii"))
-        h.update(array.raw)
-    return h.hexdigest()
-
-
-def fastxor_of(arrays: list[PreparedArray]) -> str:
-    fx = FastXor()
-    for array in arrays:
+                       mac.result() if mac else ZERO64, salt.hex()).line()
+        lines.append(line)
+        total.update(line.encode("ascii"))
+        total.update(array.raw)
         fx.update(array.raw)
-    return fx.hexdigest()
+    return lines, total.hexdigest(), fx.hexdigest()
 
 
-def encode_run(raw: memoryview, first_ix: int, count: int, length: int, start: int) -> memoryview:
-    """Text of ``count`` chunks of ``length`` bytes starting at chunk ``first_ix``."""
-    heads = []
-    for k in range(count):
-        off = start + k * length
-        piece = raw[off:off + length]
-        sha = hashlib.sha256(piece).hexdigest()
-        heads.append(ch_line(first_ix + k, off, length, sha, crc32c(piece)) + "\n")
-    head_len, blen = len(heads[0]), body_len(length)
-    out = np.empty((count, head_len + blen + len(ENDCH)), np.uint8)
-    out[:, :head_len] = np.frombuffer("".join(heads).encode("ascii"), np.uint8).reshape(count, -1)
-    encode_bodies(raw[start:start + count * length], length, count, out[:, head_len:head_len + blen])
-    out[:, head_len + blen:] = np.frombuffer(ENDCH, np.uint8)
-    return memoryview(out).cast("B")
+class _Digests:
+    """The digest futures in submission order, and whether all of them are done yet."""
+
+    def __init__(self, pairs) -> None:
+        self.pairs = pairs
+        self._flat = [f for pair in pairs for f in pair if f is not None]
+        self._next = 0
+
+    def all_done(self) -> bool:
+        while self._next < len(self._flat) and self._flat[self._next].done():
+            self._next += 1
+        return self._next == len(self._flat)
 
 
-def encode_piece(piece: memoryview) -> memoryview:
-    out = np.empty((1, body_len(len(piece))), np.uint8)
-    encode_bodies(piece, len(piece), 1, out)
-    return memoryview(out).cast("B")
+def run_jobs(pool, sink: FileSink, arrays, layout: Layout, digests: _Digests, root_job):
+    """Submit every chunk task in file order (at most MAX_IN_FLIGHT outstanding) and the root
+    task as soon as the digests are in; return the root task's result."""
+    window: collections.deque = collections.deque()
+    root = None
+    for array, place in zip(arrays, layout.places):
+        for function, args, end in chunk_jobs(array, place.body_at):
+            window.append((pool.submit(function, sink, *args), end))
+            if root is None and digests.all_done():
+                root = pool.submit(root_job)
+            if len(window) >= MAX_IN_FLIGHT:
+                job, done_to = window.popleft()
+                job.result()
+                sink.finished_up_to(done_to)
+    for job, _ in window:
+        job.result()
+    return (root or pool.submit(root_job)).result()
 
 
-def chunk_tasks(array: PreparedArray, pool):
-    """Futures of the text of ``array``'s chunks, in file order (lazily submitted)."""
-    raw, plan = array.raw, array.plan
-    for first, count, length in plan.runs(BATCH_BYTES):
-        start = first * plan.chunk_len
-        if length <= BATCH_BYTES:
-            yield pool.submit(encode_run, raw, first, count, length, start)
-            continue
-        piece = raw[start:start + length]
-        head = pool.submit(lambda p=piece, ix=first, off=start: (
-            ch_line(ix, off, len(p), hashlib.sha256(p).hexdigest(), crc32c(p)) + "\n").encode())
-        yield head
-        for at in range(0, length, PIECE_BYTES):
-            yield pool.submit(encode_piece, piece[at:at + PIECE_BYTES])
-        done: Future = Future()
-        done.set_result(ENDCH)
-        yield done
+def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str
+               ) -> WriteResult:
+    """Write the file to ``out`` at its current position (see the module docstring)."""
+    fd = _regular_fd(out)
+    if fd is None:
+        with tempfile.TemporaryFile() as tmp:
+            result = write_wtxt(tmp, arrays, opts, ts)
+            tmp.seek(0)
+            shutil.copyfileobj(tmp, out, 1 << 20)
+        return result
+    out.flush()
+    base = out.tell()
+    result, size = _write_file(FileSink(fd, base), arrays, opts, ts)
+    out.seek(base + size)
+    return result
 
 
-def write_ordered(out: BinaryIO, futures) -> None:
-    """Write results of ``futures`` in order, keeping at most MAX_IN_FLIGHT outstanding."""
-    window = collections.deque()
-    for fut in futures:
-        window.append(fut)
-        if len(window) >= MAX_IN_FLIGHT:
-            out.write(window.popleft().result())
-    while window:
-        out.write(window.popleft().result())
-
-
-def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str) -> WriteResult:
+def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions, ts: str
+                ) -> tuple[WriteResult, int]:
     tune_allocator()
-    gen = format_gen(opts.gen)
-    key = opts.hmac_key
+    gen, key = format_gen(opts.gen), opts.hmac_key
     meta = Meta(opts.schema, gen, ts, opts.build, opts.host, opts.cuda)
+    caps = expected_caps(key is not None, any(a.plan.rows_per_chunk is not None for a in arrays))
+    head = f"{MAGIC.decode()}\n{meta.line()}\ncap ext={','.join(caps)}\n"
+    root_len = len(ROOT_PENDING) + 1 if opts.streaming else ROOT_LINE_LEN
+    sign_len = SIGN_LINE_LEN if opts.sign_key is not None else 0
+    tail = (f"audit {opts.audit}\n" if opts.audit is not None else "").encode("ascii") + \
+        b"endwtxt\n"
+    layout = plan_layout(arrays, len(head) + root_len + sign_len, tail)
+    sink.reserve(layout.size)
+    salts = [salt_for(key, gen, a.name) for a in arrays]
+    pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
+    try:
+        digests = _Digests([array_digests(pool, a, key, s) for a, s in zip(arrays, salts)])
+        lines, sha_all, fastxor = run_jobs(pool, sink, arrays, layout, digests,
+                                           lambda: root_values(arrays, digests.pairs, salts))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for array, line, place in zip(arrays, lines, layout.places):
+        sink.write_at(place.arr_at, (line + "\n" + idx_line(array)).encode("ascii"))
+        sink.write_at(place.end_at, b"endarr\n")
+    sink.write_at(layout.tail_at, tail)
     merkle_prev = opts.merkle_prev or ZERO64
-    blocked = any(a.plan.rows_per_chunk is not None for a in arrays)
-    caps = expected_caps(key is not None, blocked)
-    seekable = _seekable(out)
-    base = out.tell() if seekable else 0
-    with ThreadPoolExecutor(max_workers=max(2, opts.threads + 1),
-                            thread_name_prefix="wtxt-write") as pool:
-        fx = pool.submit(fastxor_of, arrays)
-        lines = arr_lines(arrays, key, gen, pool)
-        total = pool.submit(hash_all, arrays, lines)
-        if not seekable and not opts.streaming:     # the root line cannot be patched later
-            total.result(), fx.result()
-        head = [MAGIC.decode(), meta.line(), "cap ext=" + ",".join(caps)]
-        root_at = len("\n".join(head)) + 1
-        if opts.streaming:
-            head.append(ROOT_PENDING.decode())
-        else:
-            head.append(_root(total, fx, merkle_prev, ts, gen, opts.build) if total.done() and fx.done()
-                        else Root(ZERO64, ZERO64, ZERO64, ZERO16).line())
-        header = ("\n".join(head) + "\n").encode("ascii")
-        out.write(header)
-        sign_at = len(header)
-        if opts.sign_key is not None:
-            out.write(_sign_line(opts.sign_key, header))
-        for array, line in zip(arrays, lines):
-            out.write(line.encode("ascii") + b"\n")
-            if array.plan.rows_per_chunk is not None:
-                out.write(f"idx rows_per_chunk={array.plan.rows_per_chunk} "
-                          f"row_size={array.plan.row_size} row_blocking=on\n".encode("ascii"))
-            write_ordered(out, chunk_tasks(array, pool))
-            out.write(b"endarr\n")
-        if opts.audit is not None:
-            out.write(f"audit {opts.audit}\n".encode("ascii"))
-        out.write(b"endwtxt\n")
-        sha_all, fastxor = total.result(), fx.result()
     merkle_this = merkle_link(merkle_prev, sha_all, ts, gen, opts.build)
-    if not opts.streaming and seekable:
-        root = Root(sha_all, merkle_prev, merkle_this, fastxor).line().encode("ascii")
-        header = header[:root_at] + root + b"\n"
-        end = out.tell()
-        out.seek(base + root_at)
-        out.write(root + b"\n")
-        if opts.sign_key is not None:
-            out.seek(base + sign_at)
-            out.write(_sign_line(opts.sign_key, header))
-        out.seek(end)
+    root = (ROOT_PENDING.decode() if opts.streaming
+            else Root(sha_all, merkle_prev, merkle_this, fastxor).line())
+    header = (head + root + "\n").encode("ascii")
+    if opts.sign_key is not None:
+        header += _sign_line(opts.sign_key, header)
+    sink.write_at(0, header)
     wsum = _wsum_line(sha_all, merkle_prev, merkle_this, opts.sign_key) if opts.streaming else None
-    return WriteResult(gen, ts, opts.build, sha_all, merkle_prev, merkle_this, fastxor,
-                       keyid(opts.sign_key) if opts.sign_key is not None else None,
-                       len(arrays), sum(len(a.raw) for a in arrays), wsum)
-
-
-def _root(total: Future, fx: Future, merkle_prev: str, ts: str, gen: str, build: str) -> str:
-    sha_all = total.result()
-    return Root(sha_all, merkle_prev, merkle_link(merkle_prev, sha_all, ts, gen, build),
-                fx.result()).line()
+    result = WriteResult(gen, ts, opts.build, sha_all, merkle_prev, merkle_this, fastxor,
+                         keyid(opts.sign_key) if opts.sign_key is not None else None,
+                         len(arrays), sum(len(a.raw) for a in arrays), wsum)
+    return result, layout.size
 
 
 def _sign_line(sign_key, signed: bytes) -> bytes:
@@ -223,8 +340,10 @@ def _wsum_line(sha_all: str, merkle_prev: str, merkle_this: str, sign_key) -> by
     return f"{body} sign={signature}\n".encode("ascii")
 
 
-def _seekable(out: BinaryIO) -> bool:
+def _regular_fd(out: BinaryIO) -> int | None:
+    """The descriptor of ``out`` when it is a seekable regular file, else None."""
     try:
-        return bool(out.seekable()) and out.tell() >= 0
+        fd = out.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) and out.seekable() else None
     except (AttributeError, OSError, ValueError):
-        return False
+        return None

@@ -5,10 +5,12 @@ One code path serves ``verify`` (discard the bytes), ``load`` (keep them) and la
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac as _hmac
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
@@ -195,24 +197,87 @@ class ParseResult:
     root: Root | None = None
 
 
-class _Lanes:
-    """Ordered background hashing: one thread per running hash, bounded backlog."""
+class Lane:
+    """Runs its calls one after another, in submission order, on a shared executor: a running
+    hash gets its updates in order without a thread of its own (two workers, not five
+    threads, share the two cores). Calls queued while one runs are drained by the same task."""
 
-    def __init__(self, count: int) -> None:
-        self.pools = [ThreadPoolExecutor(1, thread_name_prefix="wtxt-hash") for _ in range(count)]
-        self.backlog: list = []
+    def __init__(self, pool: Executor) -> None:
+        self._pool = pool
+        self._queue: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._busy = False
 
-    def submit(self, lane: int, fn, *args):
-        fut = self.pools[lane].submit(fn, *args)
-        self.backlog.append(fut)
-        if len(self.backlog) > 16:
-            self.backlog.pop(0).result()
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        with self._lock:
+            self._queue.append((fn, args, fut))
+            if self._busy:
+                return fut
+            self._busy = True
+        self._pool.submit(self._drain)
         return fut
 
-    def close(self, cancel: bool = False) -> None:
-        """Finish queued work (or drop it when ``cancel``, after an error)."""
-        for pool in self.pools:
-            pool.shutdown(wait=True, cancel_futures=cancel)
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._busy = False
+                    return
+                fn, args, fut = self._queue.popleft()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args))
+                except BaseException as exc:  # handed to whoever waits on the future
+                    fut.set_exception(exc)
+
+    def cancel(self) -> None:
+        with self._lock:
+            while self._queue:
+                self._queue.popleft()[2].cancel()
+
+
+class Lanes:
+    """The running hashes of a parse: the array SHA-256, the array HMAC and the root hash
+    (``sha256_all`` with ``fastxor``), each a Lane; at most ``BACKLOG`` updates wait at once
+    (they hold decoded bytes)."""
+
+    BACKLOG = 24
+
+    def __init__(self, pool: Executor) -> None:
+        self.sha, self.mac, self.root = Lane(pool), Lane(pool), Lane(pool)
+        self._backlog: collections.deque = collections.deque()
+
+    def submit(self, lane: Lane, fn, *args) -> Future:
+        fut = lane.submit(fn, *args)
+        self._backlog.append(fut)
+        while len(self._backlog) > self.BACKLOG:
+            self._backlog.popleft().result()
+        return fut
+
+    def cancel(self) -> None:
+        for lane in (self.sha, self.mac, self.root):
+            lane.cancel()
+
+
+class DeferredChecks:
+    """Array checks that wait for the lanes, run in file order; the first failure clears the
+    rest (they are later in the file)."""
+
+    def __init__(self) -> None:
+        self._checks: collections.deque = collections.deque()
+
+    def add(self, check: Callable[[], None]) -> None:
+        self._checks.append(check)
+
+    def run(self, keep: int = 0) -> None:
+        while len(self._checks) > keep:
+            check = self._checks.popleft()
+            try:
+                check()
+            except BaseException:
+                self._checks.clear()
+                raise
 
 
 # Given an array's info, return a writable byte buffer of its size to decode into (or None).
@@ -240,20 +305,25 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     gen = header.meta.gen
     total, fx = hashlib.sha256(), FastXor()
     arrays: list[ArrayInfo] = []
-    lanes = _Lanes(2)
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="wtxt-decode") if threads > 1 else None
-    failed = True
+    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wtxt-read")
+    lanes = Lanes(pool)
+    deferred = DeferredChecks()
     try:
         while line.startswith(b"arr "):
             info = read_array_head(reader, no, line, arrays[-1].line.name if arrays else None)
-            _read_array_body(reader, info, checks, gen, sink, pool, lanes, total, fx, notes)
+            deferred.add(_read_array_body(reader, info, checks, gen, sink, pool, lanes,
+                                          total, fx, notes))
             arrays.append(info)
+            deferred.run(keep=2)      # checked a little later: no stall per array
             no, line = reader.readline()
-        failed = False
+        deferred.run()
+        lanes.submit(lanes.root, lambda: None).result()
+    except FormatError:
+        deferred.run()                # a failure earlier in the file is the one to report
+        raise
     finally:
-        lanes.close(cancel=failed)
-        if pool:
-            pool.shutdown(wait=True, cancel_futures=True)
+        lanes.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
     audit = None
     if line.startswith(b"audit"):
         if not AUDIT_RE.fullmatch(line):
@@ -271,36 +341,37 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     return result
 
 
-def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, pool, lanes,
-                     total, fx, notes) -> None:
+def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, pool,
+                     lanes: Lanes, total, fx, notes) -> Callable[[], None]:
+    """Decode one array's chunks and feed the running hashes; returns the check of the
+    array's SHA-256 and HMAC (to call once the lanes got there)."""
     arr = info.line
     sha = hashlib.sha256()
     mac = None
     if checks.hmac_key is not None and not arr.unauthenticated:
         mac = _hmac.new(checks.hmac_key, bytes.fromhex(arr.salt), "sha256")
-    lanes.submit(1, total.update, arr.line().encode("ascii"))
+    lanes.submit(lanes.root, total.update, arr.line().encode("ascii"))
     dest = sink(info) if sink else None
     for raw in ChunkReader(reader, arr.name, info.plan, pool, dest):
-        lanes.submit(0, _update_array, sha, mac, raw)
-        lanes.submit(1, _update_all, total, fx, raw)
+        lanes.submit(lanes.sha, sha.update, raw)
+        if mac is not None:
+            lanes.submit(lanes.mac, mac.update, raw)
+        lanes.submit(lanes.root, _update_all, total, fx, raw)
     no, end = reader.readline()
     if end != b"endarr":
         raise grammar_error(no, "endarr", end, array=arr.name)
-    digest = lanes.submit(0, sha.hexdigest).result()
-    if digest != arr.sha256:
-        raise ChecksumError(line=info.line_no, array=arr.name, check="array_sha256",
-                            expected=f"sha256={arr.sha256}", got=digest)
-    mac_value = lanes.submit(0, mac.hexdigest).result() if mac else None
-    verify_array_mac(info, checks, gen, mac_value, notes)
+    digest = lanes.submit(lanes.sha, sha.hexdigest)
+    mac_value = lanes.submit(lanes.mac, mac.hexdigest) if mac else None
+
+    def check() -> None:
+        if digest.result() != arr.sha256:
+            raise ChecksumError(line=info.line_no, array=arr.name, check="array_sha256",
+                                expected=f"sha256={arr.sha256}", got=digest.result())
+        verify_array_mac(info, checks, gen, mac_value.result() if mac else None, notes)
+    return check
 
 
-def _update_array(sha, mac, raw: bytes) -> None:
-    sha.update(raw)
-    if mac is not None:
-        mac.update(raw)
-
-
-def _update_all(total, fx: FastXor, raw: bytes) -> None:
+def _update_all(total, fx: FastXor, raw) -> None:
     total.update(raw)
     fx.update(raw)
 

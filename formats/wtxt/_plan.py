@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._grammar import CHUNK_BYTES, RAW_PER_LINE, WIDTH, ArrLine, lines_for
+from ._grammar import CHUNK_BYTES, RAW_PER_LINE, ArrLine, lines_for
+from ._lines import body_len
 
 CH_LINE_FIXED = len("ch ix= off= len= sha256= crc32c= b64=on width=76 lines=\n") + 64 + 8
 ENDCH = b"endch\n"
@@ -57,13 +58,6 @@ def plan_for(arr: ArrLine, rows_per_chunk: int | None, row_size: int | None) -> 
         return ChunkPlan(arr.nbytes, CHUNK_BYTES, None, None)
     chunk = rows_per_chunk * row_size if row_size else rows_per_chunk
     return ChunkPlan(arr.nbytes, max(chunk, 1), rows_per_chunk, row_size)
-
-
-def body_len(length: int) -> int:
-    """Bytes of base64 text (with parity and LFs) for a chunk of ``length`` raw bytes."""
-    b64 = 4 * -(-length // 3)
-    full, tail = divmod(b64, WIDTH)
-    return full * (WIDTH + 3) + (tail + 3 if tail else 0)
 
 
 def ch_line_len(ix: int, length: int) -> int:

@@ -137,8 +137,16 @@ class MappedLineReader:
         self.size = size
         self._released = 0
 
+    @property
+    def buffer(self) -> memoryview:
+        """The whole file, read-only."""
+        return self._view
+
     def close(self) -> None:
-        self._view.release()
+        try:
+            self._view.release()
+        except BufferError:
+            return  # arrays still view the map: it is unmapped when the last one goes
         if self.size:
             close_map(self._map)
 

@@ -3,12 +3,11 @@
 ``make_delta`` compares chunk SHA-256 values of two verified files and copies the target's
 changed chunks verbatim; ``apply_delta`` checks the base's ``sha256_all``, splices, re-derives
 the cap line, verifies the result fully and only then renames it into place, so the result is
-byte-identical to the target or nothing is written. Grammar: docs/formats/wtxt-delta.md.
+byte-identical to the target or nothing is written. Grammar: wtxt-canonical.md, "DELTA v2".
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,12 +22,11 @@ from ._grammar import (
     AUDIT_RE, CH_RE, MAX_LINE, ROOT_RE, SIGN_RE, expected_caps, grammar_error, parse_arr,
     parse_meta,
 )
-from ._index import FileIndex, IndexedArray, open_index
 from ._reader import MappedLineReader
+from .index import IndexedArray, WtxtIndex, open_index
 from .verify import verify_file
 
 DELTA_MAGIC = re.compile(rb"WTXT-DELTA 2 base_sha256_all=([0-9a-f]{64})")
-SHA_AT = len("ch ix=000000 off=000000000000 len=")
 
 
 @dataclass(frozen=True)
@@ -44,13 +42,7 @@ class DeltaMismatch(DataError):
     """Base and target differ in names, dtypes, shapes or row blocking: no delta possible."""
 
 
-def _chunk_sha(data, at: int) -> bytes:
-    head = bytes(data[at:at + 160])
-    start = head.index(b" sha256=") + len(" sha256=")
-    return head[start:start + 64]
-
-
-def _check_compatible(base: FileIndex, target: FileIndex) -> None:
+def _check_compatible(base: WtxtIndex, target: WtxtIndex) -> None:
     hint = "; write a full snapshot instead"
     if base.header.pending or target.header.pending:
         raise DeltaMismatch("deltas are made between finalized files, not root_pending ones" + hint)
@@ -82,56 +74,50 @@ def make_delta(base: str | os.PathLike, target: str | os.PathLike, out: str | os
     base, target = os.fspath(base), os.fspath(target)
     _require_valid(base, "base", **verify_keys)
     _require_valid(target, "target", **verify_keys)
-    bidx, tidx = open_index(base), open_index(target)
-    _check_compatible(bidx, tidx)
-    with open(base, "rb") as bf, open(target, "rb") as tf, atomic_write(out) as sink:
-        bmap, tmap = _map(bf), _map(tf)
-        try:
-            stats = _emit_delta(bidx, tidx, bmap, tmap, sink)
-        finally:
-            _close(bmap), _close(tmap)
+    with open_index(base) as bidx, open_index(target) as tidx, atomic_write(out) as sink:
+        _check_compatible(bidx, tidx)
+        stats = _emit_delta(bidx, tidx, sink)
     return DeltaStats(*stats, os.path.getsize(out), os.path.getsize(target))
 
 
-def chunk_sha_pairs(a: FileIndex, b: FileIndex, a_path, b_path) -> list[tuple[bytes, bytes]]:
-    """(sha in a, sha in b) for every chunk of two files with the same layout."""
-    _check_compatible(a, b)
-    pairs = []
-    with open(a_path, "rb") as af, open(b_path, "rb") as bf:
-        amap, bmap = _map(af), _map(bf)
-        try:
-            by_name = a.by_name()
-            for barr in b.arrays:
-                aarr = by_name[barr.name]
-                for (_, bat, _, _), (_, aat, _, _) in zip(barr.chunks(), aarr.chunks()):
-                    pairs.append((_chunk_sha(amap, aat), _chunk_sha(bmap, bat)))
-        finally:
-            _close(amap), _close(bmap)
+def chunk_sha_pairs(a: str | os.PathLike, b: str | os.PathLike) -> list[tuple[bytes, bytes]]:
+    """(sha256 hex in ``a``, in ``b``) for every chunk of two WTXT files with the same layout,
+    read from their ch lines without decoding; DeltaMismatch when the layouts differ.
+
+    Example::
+
+        pairs = chunk_sha_pairs("gen1.wtxt", "gen2.wtxt")
+        sum(x != y for x, y in pairs) / len(pairs)      # share of chunks that changed
+        # -> 0.01
+    """
+    with open_index(a) as aidx, open_index(b) as bidx:
+        _check_compatible(aidx, bidx)
+        pairs = []
+        for barr in bidx.arrays:
+            ashas, bshas = aidx.chunk_sha256(barr.name), bidx.chunk_sha256(barr.name)
+            pairs.extend(zip((r.tobytes() for r in ashas), (r.tobytes() for r in bshas)))
     return pairs
 
 
-def _emit_delta(bidx: FileIndex, tidx: FileIndex, bmap, tmap, sink: BinaryIO):
+def _emit_delta(bidx: WtxtIndex, tidx: WtxtIndex, sink: BinaryIO):
     lines = tidx.header.signed.split(b"\n")
     sink.write(b"WTXT-DELTA 2 base_sha256_all=%s\n" % bidx.header.root.sha256_all.encode())
     sink.write(lines[1] + b"\n" + lines[3] + b"\n")
     if tidx.header.signature is not None:
         sink.write(sign_line(tidx.header))
     carried = changed = total = 0
-    base_arrays = bidx.by_name()
     for tarr in tidx.arrays:
-        barr = base_arrays[tarr.name]
-        diffs = []
-        for (ix, tat, tsize, _), (_, bat, _, _) in zip(tarr.chunks(), barr.chunks()):
-            total += 1
-            if _chunk_sha(tmap, tat) != _chunk_sha(bmap, bat):
-                diffs.append((tat, tsize))
-        if not diffs and tarr.info.line == barr.info.line:
+        barr = bidx.array(tarr.name)
+        differs = (tidx.chunk_sha256(tarr.name) != bidx.chunk_sha256(tarr.name)).any(axis=1)
+        total += len(differs)
+        if not differs.any() and tarr.line == barr.line:
             continue
         carried += 1
-        changed += len(diffs)
-        sink.write(tarr.info.line.line().encode("ascii") + b"\n")
-        for at, size in diffs:
-            sink.write(tmap[at:at + size])
+        changed += int(differs.sum())
+        sink.write(tarr.line.line().encode("ascii") + b"\n")
+        for (ix, at, size, _) in tarr.chunks():
+            if differs[ix]:
+                sink.write(tidx.buffer[at:at + size])
         sink.write(b"endarr\n")
     if tidx.audit is not None:
         sink.write(tidx.audit + b"\n")
@@ -143,19 +129,6 @@ def sign_line(header) -> bytes:
     """The header's sign line, rebuilt exactly (its base64 is canonical by then)."""
     signature = pybase64.b64encode(header.signature).decode("ascii")
     return f"sign ed25519={signature} keyid={header.keyid}\n".encode("ascii")
-
-
-def _map(handle):
-    size = os.fstat(handle.fileno()).st_size
-    return memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)) if size else \
-        memoryview(b"")
-
-
-def _close(view: memoryview) -> None:
-    obj = view.obj
-    view.release()
-    if isinstance(obj, mmap.mmap):
-        obj.close()
 
 
 @dataclass
@@ -174,7 +147,7 @@ class ParsedDelta:
     audit: bytes | None
 
 
-def parse_delta(reader: MappedLineReader, base: FileIndex) -> ParsedDelta:
+def parse_delta(reader: MappedLineReader, base: WtxtIndex) -> ParsedDelta:
     """Parse and check a delta against the base's layout (chunk text fully validated)."""
     no, line = reader.readline()
     m = DELTA_MAGIC.fullmatch(line)
@@ -245,38 +218,36 @@ def apply_delta(base: str | os.PathLike, delta: str | os.PathLike, out: str | os
     """Apply ``delta`` to ``base`` and write the (fully verified) target to ``out``."""
     base, delta = os.fspath(base), os.fspath(delta)
     _require_valid(base, "base", **verify_keys)
-    bidx = open_index(base)
-    with open(delta, "rb") as df, open(base, "rb") as bf:
+
+    def check_result(tmp) -> None:
+        report = verify_file(tmp, **verify_keys)
+        if not report.ok:
+            raise FormatError(f"delta result does not verify: {report.failure}",
+                              path=os.fspath(out), check=report.failure.check)
+
+    with open_index(base) as bidx, open(delta, "rb") as df:
         reader = MappedLineReader(df, max_line=MAX_LINE)
         try:
-            parsed = parse_delta(reader, bidx)
-        except FormatError as exc:
-            raise exc.located(delta)
-        if parsed.base_sha256_all != bidx.header.root.sha256_all:
-            raise FormatError(path=delta, line=1, check="sha256_all",
-                              expected=f"a base with sha256_all={parsed.base_sha256_all}",
-                              got=f"{base} has sha256_all={bidx.header.root.sha256_all}")
-        dmap, bmap = reader._view, _map(bf)
-
-        def check_result(tmp) -> None:
-            report = verify_file(tmp, **verify_keys)
-            if not report.ok:
-                raise FormatError(f"delta result does not verify: {report.failure}",
-                                  path=os.fspath(out), check=report.failure.check)
-
-        try:
+            try:
+                parsed = parse_delta(reader, bidx)
+            except FormatError as exc:
+                raise exc.located(delta)
+            if parsed.base_sha256_all != bidx.header.root.sha256_all:
+                raise FormatError(path=delta, line=1, check="sha256_all",
+                                  expected=f"a base with sha256_all={parsed.base_sha256_all}",
+                                  got=f"{base} has sha256_all={bidx.header.root.sha256_all}")
             with atomic_write(out, before_replace=check_result) as sink:
-                _splice(bidx, parsed, bmap, dmap, sink)
+                _splice(bidx, parsed, reader.buffer, sink)
         finally:
-            _close(bmap)
             reader.close()
 
 
-def _splice(bidx: FileIndex, parsed: ParsedDelta, bmap, dmap, sink: BinaryIO) -> None:
-    hmac_used = any(not a.info.line.unauthenticated for a in bidx.arrays)
+def _splice(bidx: WtxtIndex, parsed: ParsedDelta, dmap, sink: BinaryIO) -> None:
+    bmap = bidx.buffer
+    hmac_used = any(not a.line.unauthenticated for a in bidx.arrays)
     if parsed.arrays:
         carried = {n: parse_arr(d.arr_line, 0) for n, d in parsed.arrays.items()}
-        hmac_used = any(not (carried.get(a.name) or a.info.line).unauthenticated
+        hmac_used = any(not (carried.get(a.name) or a.line).unauthenticated
                         for a in bidx.arrays)
     blocked = any(a.info.idx is not None for a in bidx.arrays)
     if not bidx.arrays:

@@ -15,15 +15,14 @@ import numpy as np
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..model import ArrayMapping, Snapshot
-from ._chunks import ChunkReader
-from ._index import index_file
 from ._grammar import MAX_LINE
 from ._parse import (
     ArrayInfo, Checks, Header, parse_stream, read_header as _read_header,
     read_sign, verify_array_mac,
 )
 from ._plan import body_len
-from ._reader import LineReader, MappedLineReader
+from ._reader import LineReader
+from .index import open_index
 
 
 @dataclass(frozen=True)
@@ -57,12 +56,21 @@ def read_header(source: str | os.PathLike | BinaryIO) -> HeaderInfo:
     """Parse only the header lines of a file or an open binary stream (cheap; no content
     checks)."""
     if hasattr(source, "read"):
-        return _header_of(source, "<stream>")
+        return read_header_from(source)
     with _open(source) as f:
-        return _header_of(f, os.fspath(source))
+        return read_header_from(f, os.fspath(source))
 
 
-def _header_of(stream: BinaryIO, name: str) -> HeaderInfo:
+def read_header_from(stream: BinaryIO, name: str = "<stream>") -> HeaderInfo:
+    """``read_header`` for an open binary stream (a blob piped from git, for example); reads
+    the header lines and at most 1 MiB beyond them. ``name`` locates errors.
+
+    Example::
+
+        with open("state.wtxt", "rb") as f:
+            read_header_from(f).gen
+        # -> 12
+    """
     reader = LineReader(stream, max_line=MAX_LINE)
     try:
         header = _read_header(reader)
@@ -153,21 +161,12 @@ class LazyWtxt(ArrayMapping):
     def __init__(self, path: str | os.PathLike, *, hmac_key=None) -> None:
         self.path = os.fspath(path)
         self.hmac_key = coerce_hmac_key(hmac_key)
-        self._file = _open(path)
-        self.size = os.fstat(self._file.fileno()).st_size
-        try:
-            self.header, self.infos = self._scan()
-        except FormatError as exc:
-            self._file.close()
-            raise exc.located(self.path)
-        except BaseException:
-            self._file.close()
-            raise
-
-    def _scan(self) -> tuple[Header, dict[str, ArrayInfo]]:
-        index = index_file(self._file, self.path)
-        self.audit = index.audit[len(b"audit "):].decode("ascii") if index.audit else None
-        return index.header, {a.name: a.info for a in index.arrays}
+        self.index = open_index(path)
+        self.header = self.index.header
+        self.infos: dict[str, ArrayInfo] = {a.name: a.info for a in self.index.arrays}
+        self.size = self.index.size
+        audit = self.index.audit
+        self.audit = audit[len(b"audit "):].decode("ascii") if audit else None
 
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
         line = self.infos[name].line
@@ -179,32 +178,25 @@ class LazyWtxt(ArrayMapping):
 
     def array(self, name: str) -> np.ndarray:
         info = self.infos[name]
-        reader = MappedLineReader(self._file, max_line=MAX_LINE, line_no=info.body_line,
-                                  offset=info.body_offset)
         arr = info.line
-        sha = hashlib.sha256()
-        mac = (_hmac.new(self.hmac_key, bytes.fromhex(arr.salt), "sha256")
-               if self.hmac_key and not arr.unauthenticated else None)
-        out = np.empty(arr.nbytes, np.uint8)
+        out = self.index.decode(name, out=new_buffer(arr.nbytes))
         try:
-            for raw in ChunkReader(reader, arr.name, info.plan, None, memoryview(out)):
-                sha.update(raw)
-                if mac:
-                    mac.update(raw)
-            if sha.hexdigest() != arr.sha256:
+            digest = hashlib.sha256(out).hexdigest()
+            if digest != arr.sha256:
                 raise ChecksumError(line=info.line_no, array=name, check="array_sha256",
-                                    expected=f"sha256={arr.sha256}", got=sha.hexdigest())
+                                    expected=f"sha256={arr.sha256}", got=digest)
+            mac = None
+            if self.hmac_key and not arr.unauthenticated:
+                mac = _hmac.new(self.hmac_key, bytes.fromhex(arr.salt), "sha256")
+                mac.update(out)
             verify_array_mac(info, Checks(self.hmac_key), self.header.meta.gen,
                              mac.hexdigest() if mac else None, [])
         except FormatError as exc:
             raise exc.located(self.path)
-        finally:
-            reader.close()
         return out.view(arr.np_dtype).reshape(arr.shape)
 
     def close(self) -> None:
-        self._file.close()
-
+        self.index.close()
 
 
 def open_lazy(path: str | os.PathLike, **options) -> LazyWtxt:

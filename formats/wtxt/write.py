@@ -1,9 +1,10 @@
 """Writing WTXT: ``save_stored`` (atomic, to a path) and ``write_stored`` (to a binary stream),
 both fed by the format contract (``snapops.formats.wtxt.save`` / ``write``).
 
-Bytes go out strictly in file order through a :class:`~snapops.formats.atomic.DigestingFile`,
-so the file's SHA-256 is computed while writing: the root line is known before the first chunk
-(``sha256_all`` is hashed from memory first) instead of being patched in at the end.
+Files are laid out first and filled in place by the writer's workers (see :mod:`._emit`); the
+file's SHA-256 (``WriteResult.sha256``) is then read back from the page cache while the file is
+fsynced (:func:`~snapops.formats.atomic.atomic_write_digest` with ``seekable=True``). Streams
+get the bytes in order through a :class:`~snapops.formats.atomic.DigestingFile`.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def save_stored(snapshot: Snapshot, path: str | os.PathLike, opts: WtxtOptions) 
     """Write a WTXT file atomically (temp file, fsync, rename); with ``streaming=True`` also
     ``PATH.wsum``."""
     arrays, writer, ts = prepare(snapshot, opts)
-    with atomic_write_digest(path, stable=True) as digesting:
+    with atomic_write_digest(path, seekable=True) as digesting:  # chunks are written in place
         done = _emit.write_wtxt(digesting, arrays, writer, ts)
     if done.wsum is not None:
         atomic_write_bytes(wsum_path(path), done.wsum)

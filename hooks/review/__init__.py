@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits
+
 from ._compare import ArrayDiff, BlockChange, DiffReport, diff_snapshots  # noqa: F401
 from ._plot import plot_report  # noqa: F401
 from ._render import render_json, render_markdown, render_text, summary_line  # noqa: F401
@@ -32,8 +34,10 @@ __all__ = ["diff_paths", "diff_git", "DiffReport", "ArrayDiff", "BlockChange", "
 
 def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, threads: int = 2,
                rows_per_block: int | None = None, labels: tuple[str, str] | None = None,
-               progress: Callable[[int], None] | None = None) -> DiffReport:
-    """Compare two snapshot files of any supported formats.
+               progress: Callable[[int], None] | None = None,
+               limits: DeclaredLimits = DEFAULT_LIMITS) -> DiffReport:
+    """Compare two snapshot files of any supported formats (sizes they declare bounded by
+    ``limits`` before anything is read).
 
     Example::
 
@@ -41,15 +45,16 @@ def diff_paths(a: str | os.PathLike, b: str | os.PathLike, *, threads: int = 2,
         # -> 1
     """
     la, lb = labels or (os.fspath(a), os.fspath(b))
-    with open_snapshot(a, rows_per_block=rows_per_block) as sa, \
-            open_snapshot(b, rows_per_block=rows_per_block) as sb:
+    with open_snapshot(a, rows_per_block=rows_per_block, limits=limits) as sa, \
+            open_snapshot(b, rows_per_block=rows_per_block, limits=limits) as sb:
         return diff_snapshots(sa, sb, a_label=la, b_label=lb, threads=threads,
                               progress=progress)
 
 
 def diff_git(rev1: str, rev2: str, path: str, *, threads: int = 2,
              rows_per_block: int | None = None,
-             progress: Callable[[int], None] | None = None) -> DiffReport:
+             progress: Callable[[int], None] | None = None,
+             limits: DeclaredLimits = DEFAULT_LIMITS) -> DiffReport:
     """Compare ``path`` at two revisions of the git repository of the current folder. A path
     missing at one revision counts as an empty snapshot there (every array added/removed)."""
     from .gitutil import blob_exists, check_revision, write_blob
@@ -71,15 +76,16 @@ def diff_git(rev1: str, rev2: str, path: str, *, threads: int = 2,
 
             raise GitError(f"{path} exists at neither {rev1} nor {rev2}")
         labels = (f"{rev1}:{path}", f"{rev2}:{path}")
-        return _diff_maybe_missing(files, labels, threads, rows_per_block, progress)
+        return _diff_maybe_missing(files, labels, threads, rows_per_block, progress, limits)
 
 
-def _diff_maybe_missing(files, labels, threads, rows_per_block, progress) -> DiffReport:
+def _diff_maybe_missing(files, labels, threads, rows_per_block, progress, limits
+                        ) -> DiffReport:
     opened = []
     try:
         for f in files:
-            opened.append(open_snapshot(f, rows_per_block=rows_per_block) if f is not None
-                          else None)
+            opened.append(open_snapshot(f, rows_per_block=rows_per_block, limits=limits)
+                          if f is not None else None)
         fmt = next(s.format for s in opened if s is not None)
         sa, sb = (s if s is not None else SnapshotSource(fmt, {}, []) for s in opened)
         return diff_snapshots(sa, sb, a_label=labels[0], b_label=labels[1], threads=threads,

@@ -59,14 +59,7 @@ def plot_report(report: DiffReport, path: str | os.PathLike, *, title: str | Non
     from matplotlib.figure import Figure
 
     rows, hidden = pick_rows(report)
-    most = max([i.blocks for i in rows] + [1])
-    columns = int(min(MAX_COLUMNS, max(most, 1)))
-    grid = np.vstack([strip(i, columns) for i in rows]) if rows else np.full((1, columns), np.nan)
-    positive = grid[np.isfinite(grid) & (grid > 0)]
-    vmax = float(positive.max()) if positive.size else 1.0
-    vmin = float(positive.min()) if positive.size else vmax / 10
-    if vmin >= vmax:
-        vmin = vmax / 10
+    grid, columns, (vmin, vmax) = _grid(rows)
 
     height = 1.5 + 0.3 * max(len(rows), 1)
     fig = Figure(figsize=(10, height), dpi=dpi, layout="constrained")
@@ -78,13 +71,7 @@ def plot_report(report: DiffReport, path: str | os.PathLike, *, title: str | Non
                       extent=(0, 1, len(rows) - 0.5 if rows else 0.5, -0.5))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([_row_label(i) for i in rows], fontsize=8)
-    for y, item in enumerate(rows):
-        if item.status in ("added", "removed"):
-            ax.add_patch(patches.Rectangle((0, y - 0.5), 1, 1, facecolor="none", hatch="///",
-                                           edgecolor="#b0b0b0", linewidth=0))
-            ax.text(0.5, y, f"{item.status} ({type_text(item)})", ha="center", va="center",
-                    fontsize=8, color="#333333",
-                    bbox={"facecolor": "#e6e6e6", "edgecolor": "none", "pad": 1})
+    _mark_added_removed(ax, rows, patches)
     for y in range(len(rows) - 1):
         ax.axhline(y + 0.5, color="white", linewidth=1.0)
     ax.set_xlim(0, 1)
@@ -103,6 +90,29 @@ def plot_report(report: DiffReport, path: str | os.PathLike, *, title: str | Non
     bar.ax.tick_params(labelsize=7, which="both")
     fig.savefig(os.fspath(path), format="png", metadata={"Software": None})
     return {"path": os.fspath(path), "arrays": len(rows), "hidden": hidden, "columns": columns}
+
+
+def _grid(rows: list[ArrayDiff]) -> tuple[np.ndarray, int, tuple[float, float]]:
+    """The strips of ``rows`` as one grid, its column count and the colour range."""
+    most = max([i.blocks for i in rows] + [1])
+    columns = int(min(MAX_COLUMNS, max(most, 1)))
+    grid = np.vstack([strip(i, columns) for i in rows]) if rows else np.full((1, columns), np.nan)
+    positive = grid[np.isfinite(grid) & (grid > 0)]
+    vmax = float(positive.max()) if positive.size else 1.0
+    vmin = float(positive.min()) if positive.size else vmax / 10
+    if vmin >= vmax:
+        vmin = vmax / 10
+    return grid, columns, (vmin, vmax)
+
+
+def _mark_added_removed(ax, rows: list[ArrayDiff], patches) -> None:
+    for y, item in enumerate(rows):
+        if item.status in ("added", "removed"):
+            ax.add_patch(patches.Rectangle((0, y - 0.5), 1, 1, facecolor="none", hatch="///",
+                                           edgecolor="#b0b0b0", linewidth=0))
+            ax.text(0.5, y, f"{item.status} ({type_text(item)})", ha="center", va="center",
+                    fontsize=8, color="#333333",
+                    bbox={"facecolor": "#e6e6e6", "edgecolor": "none", "pad": 1})
 
 
 def _row_label(item: ArrayDiff) -> str:

@@ -24,6 +24,8 @@ from typing import Iterator
 
 import numpy as np
 
+from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits
+
 from ._compare import compute_dtype
 from ._sources import ArraySource, open_snapshot
 
@@ -33,16 +35,18 @@ BATCH_BYTES = 2 << 20
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")
 
 
-def textconv_lines(path: str | os.PathLike, *, rows_per_block: int | None = None
-                   ) -> Iterator[str]:
-    """Yield the rendering of ``path`` line by line (no trailing LF), array by array.
+def textconv_lines(path: str | os.PathLike, *, rows_per_block: int | None = None,
+                   limits: DeclaredLimits = DEFAULT_LIMITS) -> Iterator[str]:
+    """Yield the rendering of ``path`` line by line (no trailing LF), array by array, reading
+    a block of at most about 2 MiB at a time; sizes the file declares are bounded by
+    ``limits`` before anything is read (git runs this on untrusted content).
 
     >>> print("\\n".join(textconv_lines("state.npz")))      # doctest: +SKIP
     """
     from snapops.formats._alloc import tune_allocator
 
     tune_allocator()
-    with open_snapshot(path, rows_per_block=rows_per_block) as snap:
+    with open_snapshot(path, rows_per_block=rows_per_block, limits=limits) as snap:
         yield f"snapops-textconv {VERSION} format={snap.format}"
         if snap.header_lines:
             yield from snap.header_lines
@@ -116,10 +120,11 @@ def _g(value: float) -> str:
     return format(value, ".7g")
 
 
-def textconv(path: str | os.PathLike, out, *, rows_per_block: int | None = None) -> int:
+def textconv(path: str | os.PathLike, out, *, rows_per_block: int | None = None,
+             limits: DeclaredLimits = DEFAULT_LIMITS) -> int:
     """Write the rendering to the text stream ``out``; returns the number of lines."""
     n = 0
-    for line in textconv_lines(path, rows_per_block=rows_per_block):
+    for line in textconv_lines(path, rows_per_block=rows_per_block, limits=limits):
         out.write(line + "\n")
         n += 1
     return n

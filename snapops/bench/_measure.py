@@ -1,12 +1,27 @@
-"""Measuring helpers: wall time, CPU time and peak RSS above a baseline."""
+"""The one measuring helper of ``snapops bench``: wall and CPU time, peak memory above a
+baseline, rounds with a warm-up, timed child processes, and the one state generator.
+
+Every suite measures through ``measure`` (or ``run_rounds`` / ``time_command`` built on the
+same clocks) so that all numbers mean the same thing: MB/s are 10**6 raw array bytes per wall
+second, CPU seconds are user + system of this process (all threads), peak memory is resident
+memory above the value at the start of the measurement.
+
+>>> with measure() as m:
+...     _ = sum(range(10**6))
+>>> m.result.seconds > 0
+True
+"""
 
 from __future__ import annotations
 
 import os
 import resource
+import statistics
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -14,62 +29,152 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def rss_bytes() -> int:
+    """Resident memory of this process (includes mapped file pages)."""
+    return _statm()[0]
+
+
+def rss_anon() -> int:
+    """Anonymous resident memory (heap, arrays): without the page cache of mapped files,
+    which RSS also counts and the kernel reclaims at will."""
+    return _statm()[1]
+
+
+def _statm() -> tuple[int, int]:
+    """(resident, resident minus file-backed and shared pages) in bytes, from one read."""
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE
+        fields = f.read().split()
+    return int(fields[1]) * _PAGE, (int(fields[1]) - int(fields[2])) * _PAGE
 
 
 @dataclass
 class Measurement:
     seconds: float
     cpu_seconds: float
-    peak_extra: int  # peak RSS above the RSS at start
+    peak_extra: int = 0       # peak RSS above the RSS at start
+    peak_anon_extra: int = 0  # peak anonymous memory above the start
 
     def mbps(self, nbytes: int) -> float:
         return nbytes / self.seconds / 1e6
 
 
 class measure:
-    """Context manager sampling RSS every millisecond in a background thread."""
+    """Context manager: wall and CPU time; with ``memory=True`` (default) also peak RSS and
+    anonymous memory, sampled every 2 ms by a background thread (one read of /proc, about
+    1% of a core). Use ``memory=False`` for millisecond-scale operations."""
+
+    def __init__(self, memory: bool = True) -> None:
+        self.memory = memory
 
     def __enter__(self) -> "measure":
+        self.base, self.anon_base = _statm() if self.memory else (0, 0)
+        self.peak, self.anon_peak = self.base, self.anon_base
         self._stop = threading.Event()
-        self.base = rss_bytes()
-        self.peak = self.base
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        self._cpu = _cpu()
+        self._thread = None
+        if self.memory:
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        self._cpu = cpu_seconds()
         self._t0 = time.perf_counter()
         return self
 
     def _sample(self) -> None:
-        while not self._stop.wait(0.001):
-            self.peak = max(self.peak, rss_bytes())
+        while not self._stop.wait(0.002):
+            self._update_peaks()
+
+    def _update_peaks(self) -> None:
+        rss, anon = _statm()
+        self.peak, self.anon_peak = max(self.peak, rss), max(self.anon_peak, anon)
 
     def __exit__(self, *exc) -> None:
         elapsed = time.perf_counter() - self._t0
-        cpu = _cpu() - self._cpu
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
-        self.result = Measurement(elapsed, cpu, self.peak - self.base)
+        cpu = cpu_seconds() - self._cpu
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._update_peaks()
+        self.result = Measurement(elapsed, cpu, self.peak - self.base,
+                                  self.anon_peak - self.anon_base)
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
-def model_state(size: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A transformer-like state of about ``size`` raw bytes: f32 matrices plus small vectors."""
+def run_rounds(operations: dict[str, Callable[[], object]], rounds: int, *, warmup: int = 1,
+               memory: bool = True, after_round: Callable[[], object] | None = None
+               ) -> dict[str, list[Measurement]]:
+    """Run every operation once per round, interleaved (so drift of a shared machine hits
+    them alike), then ``after_round`` (not timed); the first ``warmup`` rounds warm the page
+    cache and the allocator and are not kept. Returns the kept measurements per operation.
+
+    >>> runs = run_rounds({"sum": lambda: sum(range(1000))}, 3, memory=False)
+    >>> len(runs["sum"])
+    3
+    """
+    kept: dict[str, list[Measurement]] = {name: [] for name in operations}
+    for round_ in range(warmup + rounds):
+        for name, operation in operations.items():
+            with measure(memory) as m:
+                operation()
+            if round_ >= warmup:
+                kept[name].append(m.result)
+        if after_round is not None:
+            after_round()
+    return kept
+
+
+def median(runs: list[Measurement]) -> Measurement:
+    """The run of median wall time (CPU and memory of that same run)."""
+    ordered = sorted(runs, key=lambda m: m.seconds)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def best(runs: list[Measurement]) -> Measurement:
+    return min(runs, key=lambda m: m.seconds)
+
+
+def time_command(cmd: list[str], cwd, repeat: int = 3
+                 ) -> tuple[float, subprocess.CompletedProcess]:
+    """Best of ``repeat`` wall times of a child process (the machine is shared; the minimum
+    is the cost), and the last run's result."""
+    fastest, proc = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        fastest = min(fastest, time.perf_counter() - start)
+    return fastest, proc
+
+
+def seconds_stats(values: list[float]) -> dict:
+    """Best and median of wall times, in milliseconds."""
+    return {"best": min(values) * 1e3, "median": statistics.median(values) * 1e3}
+
+
+def machine() -> dict:
+    """What the numbers depend on: CPUs and the 1-minute load average now."""
+    return {"cpus": os.cpu_count(), "loadavg_1min": round(os.getloadavg()[0], 2)}
+
+
+def model_state(size: int, seed: int = 0, *, cols: int = 1024, layers: int | None = None,
+                vectors: bool = True) -> dict[str, np.ndarray]:
+    """The benchmarks' state: a transformer-like set of float32 ``(rows, cols)`` matrices of
+    about ``size`` raw bytes in total (4 MiB each by default), a bias vector per matrix and a
+    scalar step. ``layers=1, vectors=False`` gives one matrix.
+
+    >>> sorted(model_state(8 << 20))[:2]
+    ['layer000_b', 'layer000_w']
+    """
     rng = np.random.default_rng(seed)
-    cols = 1024
-    layers = max(1, size // (4 * cols * cols))
+    layers = layers or max(1, size // (4 * cols * cols))
     rows = max(1, size // (4 * cols * layers))
     state = {}
     for i in range(layers):
         state[f"layer{i:03d}_w"] = rng.standard_normal((rows, cols), dtype=np.float32)
-        state[f"layer{i:03d}_b"] = rng.standard_normal(cols, dtype=np.float32)
-    state["step"] = np.array(1234, dtype=np.int64)
+        if vectors:
+            state[f"layer{i:03d}_b"] = rng.standard_normal(cols, dtype=np.float32)
+    if vectors:
+        state["step"] = np.array(1234, dtype=np.int64)
     return state
 
 
@@ -79,3 +184,17 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def flatten(value, prefix: str = "") -> list[str]:
+    """Scalar results as ``key.sub: value`` lines (floats rounded), for the terminal."""
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            lines.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return lines
+    if isinstance(value, float):
+        return [f"{prefix}: {value:.3g}"]
+    if isinstance(value, (int, str, bool)) or value is None:
+        return [f"{prefix}: {value}"]
+    return []

@@ -1,7 +1,8 @@
 """snapops bench: measure throughput and memory on this machine.
 
-Every suite takes --size, --workdir and --json; the table below says what each one runs
-(imported on use, so ``snapops --help`` stays fast) and which extra flags it has.
+Every suite takes --size, --workdir and --json; suite NAME is ``snapops.bench.NAME``'s
+``run_NAME(size, workdir, **flags) -> dict`` and ``render_NAME(result) -> str`` (imported on
+use, so ``snapops --help`` stays fast); the table below adds its help and extra flags.
 """
 
 from __future__ import annotations
@@ -21,70 +22,35 @@ class Suite:
     description: str
     example: str
     default_size: str
-    runner: str                      # "module:function(args) -> result"
-    renderer: str | None = None      # "module:function(result) -> str"; None: flat key: value
-    flags: tuple = field(default_factory=tuple)  # (args, kwargs) for add_argument
+    flags: tuple = field(default_factory=tuple)  # (args, kwargs) for add_argument; dest = kwarg
 
 
-def _wtxt(args):
-    from snapops.bench.wtxt import run_wtxt
-
-    return run_wtxt(args.size, args.workdir, row_blocking=not args.no_row_blocking,
-                    threads=args.threads)
-
-
-def _seal(args):
-    from snapops.bench.seal import run_seal
-
-    return run_seal(args.size, args.workdir)
-
-
-def _pipeline(args):
-    from snapops.bench.pipeline import run_pipeline
-
-    return run_pipeline(args.size, args.steps, args.workdir, nice=args.nice, idle=args.idle,
-                        outage=args.outage, interval=args.interval)
-
-
-def _multirank(args):
-    from snapops.bench.multirank import run_multirank
-
-    return run_multirank(args.size, args.ranks, args.workdir)
-
-
-def _formats(args):
-    from snapops.bench.formats import FORMAT_BENCHES, run_formats
-
-    return run_formats(args.size, args.format or list(FORMAT_BENCHES), args.workdir)
-
-
-def _review(args):
-    from snapops.bench.formats import run_review
-
-    return run_review(args.size, args.workdir)
-
+_ROUNDS = (("--rounds",), {"type": int, "default": 3,
+                           "help": "timed rounds after one warm-up round (default 3)"})
 
 SUITES = [
-    Suite("wtxt", "WTXT encode / verify / decode throughput",
-          "Encode, verify and decode one model-like state; prints MB/s of raw array bytes and "
-          "peak extra memory next to one hashlib SHA-256 pass.",
-          "snapops bench wtxt --size 256MiB", "256MiB", "_wtxt",
-          "snapops.bench.wtxt:render_wtxt",
+    Suite("wtxt", "WTXT plain and sealed encode / verify / load next to one SHA-256 pass",
+          "Save (plain, and sealed with an HMAC key and a signing key), verify (without keys, "
+          "and with the HMAC key and trusted key), load, and one hashlib SHA-256 pass over the "
+          "same model-like state, interleaved round by round; prints MB/s of raw array bytes, "
+          "the ratio to the SHA-256 pass, CPU seconds and peak extra memory.",
+          "snapops bench wtxt --size 256MiB --rounds 3", "256MiB",
           ((("--threads",), {"type": int, "default": 2, "help": "worker threads (default 2)"}),
-           (("--no-row-blocking",), {"action": "store_true", "help": "32 KiB chunks instead"}))),
+           (("--no-row-blocking",), {"action": "store_false", "dest": "row_blocking",
+                                     "help": "32 KiB chunks instead of row blocks"}),
+           _ROUNDS)),
     Suite("seal", "delta size, age armor throughput, signature cost",
           "DELTA v2 size against the full file for 1% and 10% of rows changed in a row-blocked "
           "4096x1024 f32 matrix; age armor encrypt/decrypt MB/s (of --size bytes); Ed25519 "
           "sign/verify time for small and large states.",
-          "snapops bench seal --size 256MiB", "256MiB", "_seal", "snapops.bench.seal:render_seal"),
+          "snapops bench seal --size 256MiB", "256MiB"),
     Suite("pipeline", "request() cost, loop slowdown, push latency, idle CPU, outage drain",
           "Runs a git daemon on 127.0.0.1 and a snapops daemon, then measures request() against "
           "one memcpy of the state, WAL append p99, a numpy training loop's slowdown when "
           "snapshotting every 10 steps and those snapshots' request-to-pushed time, the idle "
           "daemon's CPU share, the drain rate of the backlog an outage of the remote leaves "
           "against the push rate of one generation, and the daemon's peak memory.",
-          "snapops bench pipeline --size 64MiB", "64MiB", "_pipeline",
-          "snapops.bench.pipeline:render_pipeline",
+          "snapops bench pipeline --size 64MiB", "64MiB",
           ((("--steps",), {"type": int, "default": 60,
                            "help": "training steps per loop (default 60)"}),
            (("--nice",), {"type": int, "help": "the daemon's niceness (default: config)"}),
@@ -99,34 +65,39 @@ SUITES = [
           "ranks (each its own process holding --size bytes of a row-split state): each rank's "
           "request() against a memcpy of its part, and request-to-pushed of N ranks x --size "
           "against 1 rank x --size, in the same run.",
-          "snapops bench multirank --size 64MiB --ranks 4", "64MiB", "_multirank",
-          "snapops.bench.multirank:render_multirank",
+          "snapops bench multirank --size 64MiB --ranks 4", "64MiB",
           ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),)),
     Suite("formats", "AERO, FOLD, PyCauset and FINF write/open/verify throughput",
-          "Each binary format's own benchmark on one state: write, open (mmap), read/verify "
+          "Each binary format on the same model-like state: write, open (mmap), read/verify "
           "throughput and metadata update time.",
-          "snapops bench formats --size 1GiB --format aero --format fold", "1GiB", "_formats",
-          None,
-          ((("--format",), {"action": "append", "choices": ["aero", "fold", "pycauset", "finf"],
+          "snapops bench formats --size 1GiB --format aero --format fold", "1GiB",
+          ((("--format",), {"action": "append", "dest": "names",
+                            "choices": ["aero", "fold", "pycauset", "finf"],
                             "help": "only these formats (repeatable; default all)"}),)),
     Suite("review", "pre-commit hook and snapops diff throughput",
-          "Time `snapops hook pre-commit` on a staged WTXT of --size and `snapops diff` of two "
-          "states of --size.",
-          "snapops bench review --size 256MiB", "256MiB", "_review"),
+          "Time `snapops hook pre-commit` on a staged, signed and HMAC'd WTXT of --size (work "
+          "tree and blob paths, next to `snapops verify` and CLI start-up), and `snapops diff` "
+          "of two states of --size (1% of rows changed, every value changed, two .npz).",
+          "snapops bench review --size 256MiB", "256MiB",
+          ((("--threads",), {"type": int, "default": 2,
+                             "help": "diff worker threads (default 2)"}),)),
 ]
 
 
+def _dest(flag_args: tuple, flag_kwargs: dict) -> str:
+    return flag_kwargs.get("dest") or flag_args[0].lstrip("-").replace("-", "_")
+
+
 def _run(suite: Suite, args) -> int:
-    result = globals()[suite.runner](args)
+    options = {dest: getattr(args, dest)
+               for dest in (_dest(*flag) for flag in suite.flags)}
+    module = importlib.import_module(f"snapops.bench.{suite.name}")
+    result = getattr(module, f"run_{suite.name}")(size=args.size, workdir=args.workdir,
+                                                  **options)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
-    elif suite.renderer:
-        module, function = suite.renderer.split(":")
-        print(getattr(importlib.import_module(module), function)(result))
     else:
-        from snapops.bench.formats import flatten
-
-        print("\n".join(flatten(result)))
+        print(getattr(module, f"render_{suite.name}")(result))
     return 0
 
 

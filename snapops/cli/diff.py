@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command
+from .review import add_limit_options, limits_from
 
 
 def run(args) -> int:
@@ -17,7 +18,7 @@ def run(args) -> int:
         return EXIT_INPUT
     with _progress() as progress:
         options = dict(threads=args.threads, rows_per_block=args.rows_per_block,
-                       progress=progress)
+                       progress=progress, limits=limits_from(args))
         report = diff_git(*args.git, **options) if args.git else diff_paths(*args.files,
                                                                            **options)
     if args.format == "md":
@@ -78,3 +79,4 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when the snapshots differ (like git diff --exit-code)")
+    add_limit_options(p)

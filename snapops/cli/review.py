@@ -4,7 +4,26 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_command
+from ._common import add_command, parse_size
+
+
+def add_limit_options(parser) -> None:
+    """Bounds on what a reviewed file may declare (textconv runs on untrusted content)."""
+    from snapops.formats.limits import DEFAULT_LIMITS
+
+    parser.add_argument("--max-array-bytes", type=parse_size, metavar="SIZE",
+                        default=DEFAULT_LIMITS.max_bytes,
+                        help="refuse arrays declaring more bytes (default 64GiB)")
+    parser.add_argument("--max-expansion", type=float, metavar="RATIO",
+                        default=DEFAULT_LIMITS.max_expansion,
+                        help="refuse compressed members (.npz) over 64MiB expanding more than "
+                             "RATIO times (default 100)")
+
+
+def limits_from(args):
+    from snapops.formats.limits import DeclaredLimits
+
+    return DeclaredLimits(max_bytes=args.max_array_bytes, max_expansion=args.max_expansion)
 
 
 def run_setup(args) -> int:

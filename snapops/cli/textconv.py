@@ -5,12 +5,14 @@ from __future__ import annotations
 import sys
 
 from ._common import add_command
+from .review import add_limit_options, limits_from
 
 
 def run(args) -> int:
     from snapops.hooks.review import textconv
 
-    textconv(args.file, sys.stdout, rows_per_block=args.rows_per_block)
+    textconv(args.file, sys.stdout, rows_per_block=args.rows_per_block,
+             limits=limits_from(args))
     sys.stdout.flush()
     return 0
 
@@ -27,3 +29,4 @@ def register(sub) -> None:
     p.add_argument("file")
     p.add_argument("--rows-per-block", type=int, metavar="N",
                    help="rows per block (default: the WTXT chunk layout, else ~32 KiB)")
+    add_limit_options(p)

@@ -447,14 +447,6 @@ def test_progress_counts_every_input_byte(tmp_path, key):
     assert sum(seen) == len(sealed.getvalue())
 
 
-def test_bench_armor_reports_its_measurements(tmp_path):
-    result = armor.bench_armor(300_000, folder=tmp_path)
-    assert result["size_bytes"] == 300_000 and result["armored_bytes"] > 400_000
-    assert result["encrypt_mb_s"] > 0 and result["decrypt_mb_s"] > 0
-    assert 0 <= result["peak_extra_bytes"] < 64 * 2**20
-    assert not list(tmp_path.iterdir())
-
-
 # --- command line --------------------------------------------------------------------------------
 
 

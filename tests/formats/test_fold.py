@@ -674,12 +674,3 @@ def test_flusher_starts_writeback_and_stops(tmp_path):
     flusher = Flusher(None)
     flusher.wrote(1 << 40)
     flusher.close()
-
-
-def test_bench_runs_small(tmp_path):
-    from snapops.formats.fold.bench import bench_fold, render_fold
-
-    r = bench_fold(1 << 20, tmp_path, workers=2)
-    assert r["raw_bytes"] >= 1 << 20 and r["file_bytes"] > 0
-    assert "write, zstd level 3" in render_fold(r)
-    assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
-from snapops.formats.errors import DataError, FormatError
+from snapops.formats.errors import DataError, FormatError, UnsupportedVersionError
 from snapops.formats.model import Snapshot
 from tests.conftest import sample_state
 
@@ -207,3 +207,13 @@ def test_large_single_row_chunk_streams(tmp_path):
     # One row of 2 MiB: a chunk bigger than the writer's batch goes through the piece path.
     row = np.random.default_rng(3).standard_normal((2, 300_000)).astype(np.float32)
     _roundtrip(tmp_path, {"wide": row}, row_blocking=True)
+
+
+def test_header_from_an_open_stream(tmp_path, keydir):
+    wtxt.save(sample_state(), tmp_path / "s.wtxt", gen=12, ts=TS, sign_key=keydir / "signing.key")
+    with open(tmp_path / "s.wtxt", "rb") as f:
+        info = wtxt.read_header_from(f)
+    assert info == wtxt.read_header(tmp_path / "s.wtxt")
+    assert info.gen == 12 and info.keyid is not None
+    with pytest.raises(UnsupportedVersionError, match=r"pipe:1: \[version\]"):
+        wtxt.read_header_from(io.BytesIO(b"WTXT 2\n"), "pipe")

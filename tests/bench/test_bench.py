@@ -1,0 +1,128 @@
+"""``snapops bench``: every suite runs at a tiny size and reports what it promises; suites live
+under snapops/bench and the lower packages import nothing from snapops.bench or snapops.cli.
+(Numbers are never asserted: speed is measured by ``snapops bench``, not by tests.)"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from snapops.bench._measure import model_state, run_rounds
+from snapops.cli import main
+from snapops.cli.bench import SUITES
+
+from tests.conftest import REPO
+
+
+def _bench(capsys, *argv: str) -> dict:
+    assert main(["bench", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_wtxt_suite_reports_every_operation_against_one_sha256_pass(tmp_path, capsys):
+    r = _bench(capsys, "wtxt", "--size", "1MiB", "--rounds", "1", "--workdir", str(tmp_path))
+    ops = r["operations"]
+    assert set(ops) == {"sha256", "encode_plain", "encode_sealed", "verify", "verify_keyed",
+                        "load"}
+    assert ops["sha256"]["ratio_to_sha256"] == pytest.approx(1.0)
+    for op in ops.values():
+        assert op["MBps"] > 0 and op["cpu_seconds"] >= 0 and len(op["all_MBps"]) == 1
+    assert ops["encode_sealed"]["target_ratio"] == 0.25
+    assert r["file_bytes"]["sealed"] > r["raw_bytes"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wtxt_suite_prints_a_table(tmp_path, capsys):
+    assert main(["bench", "wtxt", "--size", "256KiB", "--rounds", "1", "--no-row-blocking",
+                 "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "save, sealed (HMAC + sign)" in out and "x SHA" in out
+    assert "row_blocking=False" in out
+
+
+def test_formats_suite_runs_each_format(tmp_path, capsys):
+    r = _bench(capsys, "formats", "--size", "1MiB", "--workdir", str(tmp_path))
+    assert set(r) == {"machine", "aero", "fold", "pycauset", "finf"}
+    assert r["aero"]["write_gbps"] > 0 and r["pycauset"]["update_ms"]["small"]["best"] > 0
+    assert r["fold"]["write_MBps"] > 0 and r["fold"]["verify_rs32_MBps"] > 0
+    assert r["finf"]["update_modes"] and r["finf"]["verify_gbps"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_formats_suite_runs_only_the_named_format(tmp_path, capsys):
+    assert main(["bench", "formats", "--size", "1MiB", "--format", "fold", "--workdir",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "fold:" in out and "aero:" not in out and "write_MBps" in out
+
+
+def test_seal_suite_reports_delta_armor_and_signatures(tmp_path, capsys):
+    r = _bench(capsys, "seal", "--size", "300KB", "--workdir", str(tmp_path))
+    assert r["armor"]["size_bytes"] == 300_000 and r["armor"]["armored_bytes"] > 400_000
+    assert r["armor"]["encrypt_mb_s"] > 0 and 0 <= r["armor"]["peak_extra_bytes"] < 64 << 20
+    assert {d["rows_changed"] for d in r["delta"]} == {0.01, 0.10}
+    assert all(0 < d["delta_share"] < 1 for d in r["delta"])
+    assert len(r["signature"]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_review_suite_times_the_hook_and_the_diff(tmp_path, capsys):
+    r = _bench(capsys, "review", "--size", "1MiB", "--workdir", str(tmp_path))
+    pre, diff = r["pre_commit"], r["diff"]
+    assert pre["precommit_s"] > 0 and pre["verify_file_s"] > 0 and pre["file_bytes"] > 0
+    assert set(diff["scenarios"]) == {"sparse", "dense", "dense_npz"}
+    sparse, dense = diff["scenarios"]["sparse"], diff["scenarios"]["dense"]
+    assert 0 < sparse["blocks_changed"] < dense["blocks_changed"] <= dense["blocks"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suite", [s.name for s in SUITES])
+def test_every_suite_help_ends_with_an_example(suite):
+    result = subprocess.run([sys.executable, "-m", "snapops", "bench", suite, "--help"],
+                            capture_output=True, text=True, check=True)
+    tail = result.stdout.split("example:")[1]
+    assert f"snapops bench {suite}" in tail
+
+
+def test_rounds_keep_measurements_after_the_warm_up_only():
+    calls = []
+    runs = run_rounds({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 2,
+                      memory=False, after_round=lambda: calls.append("|"))
+    assert calls == ["a", "b", "|"] * 3
+    assert len(runs["a"]) == len(runs["b"]) == 2
+
+
+def test_one_state_generator_sizes_and_shapes():
+    state = model_state(8 << 20)
+    assert sum(a.nbytes for a in state.values()) == pytest.approx(8 << 20, rel=0.01)
+    single = model_state(4 << 20, layers=1, vectors=False)
+    assert list(single) == ["layer000_w"] and single["layer000_w"].shape == (1024, 1024)
+
+
+def _imports(path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_lower_packages_import_nothing_from_bench_or_cli():
+    offenders = []
+    for folder in ("formats", "hooks", "daemon", "config"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            bad = {n for n in _imports(path)
+                   if n.startswith(("snapops.bench", "snapops.cli"))}
+            if bad:
+                offenders.append(f"{path.relative_to(REPO)}: {sorted(bad)}")
+    assert offenders == []
+    assert not list((REPO / "formats").rglob("bench.py"))
+    assert not (REPO / "hooks" / "bench.py").exists()
+    assert not (REPO / "hooks" / "review_bench.py").exists()
