@@ -144,7 +144,8 @@ def coerce_signing_key(value) -> Ed25519PrivateKey | None:
 
 
 def coerce_trusted(value) -> dict[str, Ed25519PublicKey]:
-    """Accept None, a keyid->key dict, one key, or paths (files or folders of .pub)."""
+    """Accept None, a keyid->key dict, one key, or an iterable of keys, such dicts and paths
+    (files or folders of .pub)."""
     if not value:
         return {}
     if isinstance(value, dict):
@@ -158,6 +159,8 @@ def coerce_trusted(value) -> dict[str, Ed25519PublicKey]:
     for item in value:
         if isinstance(item, Ed25519PublicKey):
             keys[keyid(item)] = item
+        elif isinstance(item, dict):  # already loaded (keyid -> key)
+            keys.update(item)
         else:
             paths.append(item)
     keys.update(load_trusted_keys(paths))

@@ -1,40 +1,52 @@
 """The checks behind ``snapops hook pre-commit | pre-push | pre-receive`` and
-``snapops verify --ci --range``: one :class:`Checker` verifies the snapshot files and ledgers a
-tree changes (the index against HEAD, or a commit against its first parent), and a moved ref's
-ledgers against its old tip (which also catches history rewritten by a force push).
+``snapops verify --ci --range``: one code path, the generation verifier, for every tree.
 
-What is checked, per changed path:
+For a tree (the index against HEAD, or a commit against its first parent):
 
-* a snapshot file of any registered format (recognised by content): every check its format's
-  ``verify`` makes, with the repository's keys (:mod:`.repo_config`); a changed ``.wsum``
-  re-verifies the ``.wtxt`` beside it;
-* a ledger (``*.ledger``): append-only against the version before, chained, and each new entry
-  matching the snapshot it names in the same tree (:mod:`.ledger_check`).
+1. the layout rules (:mod:`.layout`): every changed path is safe, every changed path under
+   ``snapshots/`` and ``ledger/`` belongs to a run, no such blob is larger than
+   ``snapops.maxBlobSize`` (sizes read from git; nothing is read or written before);
+2. each run it touches commits a new generation: its ledger keeps every line of the parent's
+   and adds exactly one (:mod:`.ledger_check`), and the generation is verified as a whole by
+   :func:`~snapops.formats.generation.verify.verify_generation` from a
+   :class:`~snapops.formats.generation.source.GitTreeSource` (exact file set, each shard against
+   its declared format and sealed digest, the seal by a trusted key, the chain to the parent's
+   MANIFEST, the ledger's last line sealing it), with the keys and requirements of
+   :mod:`.repo_config`.
+
+Then each moved ref follows the rules of :mod:`.refs`. Blobs are only ever materialised in one
+private scratch folder (mode 0700) that is removed afterwards.
 
 Example::
 
     with Checker.open(Git(".")) as checker:
         outcome = checker.check_index()
     outcome.ok, [str(p) for p in outcome.problems()]
-    # -> (False, ['snapshots/run1/s.wtxt:9: [crc32c] array w, chunk 1: expected ..., got ...'])
+    # -> (False, ['snapshots/run1/MANIFEST:3: [chain] the MANIFEST does not chain ...'])
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from snapops.daemon.ledger import LedgerReport
 from snapops.formats.errors import FormatError
+from snapops.formats.generation.manifest import MAX_BYTES
+from snapops.formats.generation.source import GitTreeSource
+from snapops.formats.generation.verify import (
+    manifest_path, remember_verified, verify_generation,
+)
+from snapops.formats.ledger import LedgerReport
 from snapops.formats.report import Report
 
-from .gitio import Change, Git, Tree
-from .ledger_check import check_ledger, deleted_ledger, is_ledger
+from .gitio import Git
+from .layout import TreeChange, check_blob_sizes, small_blob, sort_changes, tree_changes
+from .ledger_check import check_append_only
+from .refs import RefUpdate, check_ref
 from .repo_config import RepoConfig, load_repo_config
-from .snapshot_check import WSUM_SUFFIX, Context, verify_blob
 
 
 @dataclass
@@ -58,109 +70,122 @@ class Outcome:
                 found.append(r.failure)
         return found
 
+    def refuse(self, problems: Iterable[FormatError], kind: str) -> None:
+        for problem in problems:
+            self.reports.append(Report(path=problem.path or self.where, format=kind)
+                                .fail(problem))
+
     def to_dict(self) -> dict:
         return {"where": self.where, "commit": self.commit, "ok": self.ok,
                 "files": [r.to_dict() for r in self.reports]}
 
 
-@dataclass(frozen=True)
-class RefUpdate:
-    """A ref moving from ``old`` to ``new`` (None: created / deleted)."""
-
-    ref: str
-    old: str | None
-    new: str | None
-
-
 class Checker:
-    """Checks trees of one repository with its settings; owns a private scratch folder."""
+    """Checks trees and refs of one repository with its settings, in one scratch folder."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.git = ctx.git
+    def __init__(self, git: Git, cfg: RepoConfig, scratch: str) -> None:
+        self.git, self.cfg, self.scratch = git, cfg, scratch
+        # keys loaded once; a shard verified in one commit is not verified again in the next
+        self.options = cfg.generation_options(memo={})
+        self.trusted_parents: set[str] = set()
 
     @classmethod
     @contextlib.contextmanager
     def open(cls, git: Git, cfg: RepoConfig | None = None) -> Iterator["Checker"]:
         cfg = cfg if cfg is not None else load_repo_config(git)
         with tempfile.TemporaryDirectory(prefix="snapops-hook-") as tmp:  # mode 0700
-            yield cls(Context(git, cfg, Path(tmp)))
+            yield cls(git, cfg, tmp)
 
-    def check_changes(self, tree: Tree, changes: list[Change], before: str) -> list[Report]:
-        reports: list[Report] = []
-        verified: set[str] = set()
-        companions: list[str] = []
-        for ch in changes:
-            if is_ledger(ch.path):
-                reports.append(self._ledger(tree, ch, before))
-            elif ch.new is not None and ch.path.endswith(WSUM_SUFFIX):
-                companions.append(ch.path)
-            elif ch.new is not None:
-                verified.add(ch.path)
-                report = verify_blob(self.ctx, tree, ch.path, ch.new)
-                if report is not None:
-                    reports.append(report)
-        for wsum in companions:
-            target = wsum[:-len(WSUM_SUFFIX)]
-            if target not in verified:
-                reports.append(self._with_snapshot(tree, wsum, target))
-        return reports
+    def source(self, tree_ish: str, label: str | None = None) -> GitTreeSource:
+        return GitTreeSource(self.git, tree_ish, self.scratch, max_blob=self.cfg.max_blob_size,
+                             label=label)
 
-    def _ledger(self, tree: Tree, ch: Change, before: str) -> Report:
-        if ch.new is None:
-            return deleted_ledger(ch.path, before)
-        return check_ledger(self.ctx, tree, ch.path, ch.new, ch.old, before)
+    def check_tree(self, source: GitTreeSource, parent: str | None, outcome: Outcome,
+                   before: str) -> Outcome:
+        """Every run the tree of ``source`` changes against commit ``parent`` (None: none)."""
+        changes = tree_changes(self.git, parent or self.git.empty_tree(), source.commit)
+        runs = sort_changes(changes)
+        refused = runs.problems + check_blob_sizes(self.git, changes, self.cfg.max_blob_size)
+        if refused:  # nothing of this tree is read
+            outcome.refuse(refused, "tree")
+            return outcome
+        for run in sorted(runs.runs):
+            ledger = runs.ledgers.get(run)
+            if ledger is not None:
+                outcome.reports.append(self._ledger(ledger, before))
+            outcome.reports.append(self._generation(source, run, parent, changes))
+        return outcome
 
-    def _with_snapshot(self, tree: Tree, wsum: str, target: str) -> Report:
-        oid = tree.blob(target)
-        report = verify_blob(self.ctx, tree, target, oid) if oid else None
-        if report is None:
-            report = Report(path=wsum, format="wsum").fail(FormatError(
-                "a WSUM finalizes the snapshot beside it", path=wsum, line=1, check="wsum",
-                expected=f"{target} in {tree.label}", got="no such snapshot file"))
+    def _ledger(self, change: TreeChange, before: str) -> Report:
+        report = check_append_only(self.git, change.path, change.new, change.old, before)
+        if report.ok and report.details["new_lines"] > 1:
+            report.problem(FormatError("a commit adds one ledger line, the one of its "
+                                       "generation", path=change.path, check="ledger",
+                                       expected="1 new line",
+                                       got=f"{report.details['new_lines']} new lines"))
         return report
+
+    def _generation(self, source: GitTreeSource, run: str, parent: str | None,
+                    changes: list[TreeChange]) -> Report:
+        path = manifest_path(run)
+        if not any(c.path == path and c.new is not None for c in changes):
+            # not a new generation: name what is wrong with the files if anything is
+            report = verify_generation(source, run, self.options)
+            return report if not report.ok else report.fail(FormatError(
+                f"files of run {run} changed without a new generation (a changed MANIFEST and "
+                "its ledger line)", path=path, check="generation",
+                expected="a new sealed MANIFEST", got="the parent's MANIFEST"))
+        previous = small_blob(self.git, f"{parent}:{path}", MAX_BYTES) if parent else None
+        if parent in self.trusted_parents:
+            remember_verified(self.source(parent), run, self.options.memo)
+        options = dataclasses.replace(self.options, expect_prev=previous)
+        return verify_generation(source, run, options)
 
     def check_index(self) -> Outcome:
         """What ``git commit`` is about to record, against HEAD."""
-        tree = self.git.index()
-        return Outcome("the index", None, self.check_changes(tree, tree.changes(), "HEAD"))
+        worktree = self.git.toplevel() if self.cfg.use_worktree else None
+        source = GitTreeSource.staged(self.git, self.scratch, max_blob=self.cfg.max_blob_size,
+                                      worktree=worktree)
+        head = self.git.resolve("HEAD^{commit}")
+        return self.check_tree(source, head, Outcome("the index"), "HEAD")
 
     def check_commit(self, commit: str) -> Outcome:
         parents = self.git.parents(commit)
-        before = f"parent {parents[0][:12]}" if parents else "the empty tree (root commit)"
-        where = f'commit {commit[:12]} "{self.git.subject(commit)}"'
-        tree = self.git.commit(commit)
-        return Outcome(where, commit, self.check_changes(tree, tree.changes(), before))
+        parent = parents[0] if parents else None
+        before = f"parent {parent[:12]}" if parent else "the empty tree (root commit)"
+        subject = self.git.subject(commit)
+        where = f'commit {commit[:12]} "{subject[:72]}{"..." if len(subject) > 72 else ""}"'
+        return self.check_tree(self.source(commit), parent, Outcome(where, commit), before)
 
-    def check_ref(self, update: RefUpdate) -> Outcome:
-        """Ledgers at the new tip against the old tip: append-only across the whole move
-        (chains and entries were checked in the commits that changed them)."""
-        outcome = Outcome(f"ref {update.ref} {update.old[:12]}..{update.new[:12]}")
-        tree = self.git.commit(update.new)
-        before = f"the old tip {update.old[:12]} of {update.ref}"
-        for ch in tree.changes(parent=update.old):
-            if not is_ledger(ch.path):
-                continue
-            if ch.new is None:
-                outcome.reports.append(deleted_ledger(ch.path, before))
-            else:
-                outcome.reports.append(check_ledger(self.ctx, tree, ch.path, ch.new, ch.old,
-                                                    before, links=False, entries=False))
+    def trust_known_parents(self, commits: dict[str, None]) -> None:
+        """Parents the receiving side already has (not new in this push) passed this check
+        when they arrived: their generation's shards need not be read again."""
+        if not commits:
+            return
+        listing = self.git.run("rev-list", "--no-walk", "--parents", "--stdin",
+                               input="".join(f"{c}\n" for c in commits).encode("ascii"))
+        for line in listing.decode("ascii").splitlines():
+            self.trusted_parents.update(p for p in line.split()[1:] if p not in commits)
+
+    def check_refs(self, updates: list[RefUpdate], protected: str | None,
+                   protected_tip: str | None) -> Outcome:
+        outcome = Outcome("refs")
+        for update in updates:
+            outcome.refuse(check_ref(self.git, update, protected, protected_tip), "ref")
         return outcome
 
-    def check_updates(self, updates: list[RefUpdate], exclude: list[str],
+    def check_updates(self, updates: list[RefUpdate], exclude: list[str], *,
+                      protected: str | None = None, protected_tip: str | None = None,
                       progress: Callable[[list[str]], Iterable[str]] = iter) -> list[Outcome]:
         """Every commit new to the receiving side (``exclude``: rev-list arguments for what it
-        already has), then each moved ref's ledgers against its old tip. ``progress`` wraps
-        the list of commits (a progress bar)."""
+        already has), oldest first, then the rules for each moved ref."""
         commits: dict[str, None] = {}  # ordered set: oldest first, each commit once
         for up in updates:
-            if up.new is not None:  # a deletion records nothing new
+            if up.new is not None and self.git.resolve(f"{up.new}^{{commit}}"):
                 commits.update(dict.fromkeys(self.git.commits(up.new, "--not", *exclude)))
+        self.trust_known_parents(commits)
         outcomes = [self.check_commit(commit) for commit in progress(list(commits))]
-        for up in updates:
-            if up.new is not None and up.old is not None and self.git.resolve(up.old):
-                outcomes.append(self.check_ref(up))
+        outcomes.append(self.check_refs(updates, protected, protected_tip))
         return outcomes
 
 
@@ -188,3 +213,4 @@ def parse_updates(text: str, null: str, *, push: bool) -> list[RefUpdate]:
 
 def _is_oid(text: str, null: str) -> bool:
     return len(text) == len(null) and all(c in "0123456789abcdef" for c in text)
+

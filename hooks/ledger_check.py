@@ -1,22 +1,18 @@
-"""Check a ledger blob against the version before it: append-only, chained, and each new entry
-matching the snapshot it names in the same tree.
+"""A ledger blob against the version before it: append-only.
 
-* **append-only**: every line of the previous version (HEAD for a commit being made, the first
-  parent for a pushed commit, the old tip for a moved ref) is, byte for byte, the same line of
-  the new version; only lines after them are new. A deleted ledger is refused too.
-* **chain**: every line parses, its ``chain`` follows from the line before, ``merkle_prev`` is
-  the previous ``merkle_this``, ``merkle_this`` re-derives, gen strictly increases
-  (:func:`snapops.daemon.ledger.check_link`).
-* **file**: each new entry's snapshot is in the tree and its header (or WSUM) carries the
-  entry's gen, ts, build, sha256_all, merkle_prev, merkle_this and keyid.
+Every line of the previous version (HEAD for a commit being made, the first parent for a pushed
+commit, the old tip or the protected branch for a moved or created ref) must be, byte for byte,
+the same line of the new version; only lines after them are new. A deleted ledger is refused.
+Whether the lines chain and whether the last one seals the generation's MANIFEST is the
+generation verifier's job (:func:`snapops.formats.generation.verify.check_ledger_seal`).
 
-Both versions are streamed line by line from ``git cat-file``.
+Both versions are streamed line by line from ``git cat-file``, each line bounded.
 
 Example::
 
-    report = check_ledger(ctx, git.index(), "ledger/run1.ledger", new_oid, head_oid, "HEAD")
-    [str(p) for p in report.problems]
-    # -> ['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...']
+    report = check_append_only(git, "ledger/run1.ledger", new_oid, head_oid, "HEAD")
+    [str(p) for p in report.problems], report.details["new_lines"]
+    # -> (['ledger/run1.ledger:2: [append-only] line 2 of HEAD was changed: ...'], 1)
 """
 
 from __future__ import annotations
@@ -24,20 +20,8 @@ from __future__ import annotations
 import contextlib
 from typing import BinaryIO, Iterator
 
-from snapops.daemon.entry_values import check_values
-from snapops.daemon.ledger import (
-    MAX_LINE, LedgerLine, LedgerReport, check_link, iter_lines,
-)
 from snapops.formats.errors import FormatError, LedgerError
-
-from .gitio import Tree
-from .snapshot_check import Context
-
-LEDGER_SUFFIX = ".ledger"
-
-
-def is_ledger(path: str) -> bool:
-    return path.endswith(LEDGER_SUFFIX)
+from snapops.formats.ledger import MAX_LINE, LedgerLine, LedgerReport, iter_lines
 
 
 def _raw(rec: LedgerLine) -> bytes:
@@ -64,45 +48,37 @@ def deleted_ledger(path: str, before: str) -> LedgerReport:
     return report
 
 
-def check_ledger(ctx: Context, tree: Tree, path: str, new: str, old: str | None,
-                 before: str, *, links: bool = True, entries: bool = True) -> LedgerReport:
-    """Check the ledger blob ``new`` at ``path`` of ``tree`` against ``old`` (the version in
-    ``before``; None when it is new). ``links=False, entries=False``: append-only only."""
-    report = LedgerReport(path=path, format="ledger",
-                          checks=["append-only", "grammar"]
-                          + (["order", "chain", "merkle"] if links else [])
-                          + (["file"] if entries else []))
+def check_append_only(git, path: str, new: str | None, old: str | None,
+                      before: str) -> LedgerReport:
+    """Check the ledger blob ``new`` at ``path`` against ``old`` (the version in ``before``;
+    None when there was none). ``report.details["new_lines"]``: how many lines were added."""
+    if new is None:
+        return deleted_ledger(path, before)
+    report = LedgerReport(path=path, format="ledger", checks=["append-only", "grammar"])
     with contextlib.ExitStack() as stack:
-        stream = stack.enter_context(ctx.git.open_blob(new))
-        previous = stack.enter_context(ctx.git.open_blob(old)) if old else None
+        stream = stack.enter_context(git.open_blob(new))
+        previous = stack.enter_context(git.open_blob(old)) if old else None
         olds = _old_lines(previous)
-        prev, kept, rewritten = None, 0, False
+        kept, rewritten, last = 0, False, None
         try:
             for rec in iter_lines(stream, path):
                 report.entries += 1
+                last = rec
                 was = next(olds, None)
-                if was is not None:
-                    kept += 1
-                    if was != _raw(rec) and not rewritten:  # the first rewritten line is named
-                        report.problem(_rewritten(rec.line_no, before, was, _raw(rec)))
-                        rewritten = True
-                elif entries:
-                    _problem(report, check_entry(ctx, tree, rec))
-                if links:
-                    _problem(report, check_link(rec, prev))
-                prev = rec
+                if was is None:
+                    continue
+                kept += 1
+                if was != _raw(rec) and not rewritten:  # the first rewritten line is named
+                    report.problem(_rewritten(rec.line_no, before, was, _raw(rec)))
+                    rewritten = True
         except FormatError as exc:  # unparsable line: what follows cannot be placed
             report.problem(exc)
             return report
         _removed_tail(report, olds, kept, before)
-        report.head = prev.chain if prev else report.head
-        report.last_gen = prev.entry.gen if prev else None
+    report.details["new_lines"] = report.entries - kept
+    report.head = last.chain if last else report.head
+    report.last_gen = last.entry.gen if last else None
     return report
-
-
-def _problem(report: LedgerReport, error: FormatError | None) -> None:
-    if error is not None:
-        report.problem(error)
 
 
 def _rewritten(line_no: int, before: str, was: bytes, now: bytes) -> LedgerError:
@@ -123,30 +99,3 @@ def _removed_tail(report: LedgerReport, olds: Iterator[bytes], kept: int, before
             f"{missing} line(s) of {before} removed (a ledger only grows at the end)",
             line=kept + 1, check="append-only",
             expected=f"at least the {kept + missing} lines of {before}", got=f"{kept} lines"))
-
-
-class TreeSource:
-    """Snapshot files of a Git tree, for :func:`snapops.daemon.entry_values.check_values`."""
-
-    def __init__(self, ctx: Context, tree: Tree) -> None:
-        self.ctx, self.tree = ctx, tree
-
-    def open(self, rel: str):
-        oid = self.tree.blob(rel)
-        if oid is None:
-            raise FormatError("no such file", path=rel, check="missing")
-        return self.ctx.git.open_blob(oid)
-
-    def read(self, rel: str, limit: int) -> bytes | None:
-        oid = self.tree.blob(rel)
-        return None if oid is None else self.ctx.git.read_blob(oid, limit)
-
-
-def check_entry(ctx: Context, tree: Tree, rec: LedgerLine) -> LedgerError | None:
-    """The snapshot a new entry names must be in ``tree`` and carry the entry's values."""
-    e, n = rec.entry, rec.line_no
-    if tree.blob(e.path) is None:
-        return LedgerError(f"snapshot {e.path} named by this new entry is not in {tree.label}",
-                           line=n, check="missing", expected=f"{e.path} committed with its "
-                           "entry", got="no such file")
-    return check_values(rec, TreeSource(ctx, tree), f"in {tree.label}")

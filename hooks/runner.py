@@ -1,5 +1,5 @@
 """Entry points for installed hooks and CI: read git's hook input, run :class:`Checker`, print
-one line per problem (naming commit, file, line and check) and return the exit status git
+one line per problem (naming commit, file, line and the rule) and return the exit status git
 acts on (0 accept, 1 refuse; configuration and git errors exit 2, which refuses too).
 
 Example::
@@ -15,35 +15,48 @@ import os
 import sys
 from typing import Mapping, TextIO
 
-from .check import Checker, Outcome, RefUpdate, parse_updates
+from snapops.formats.errors import ConfigError
+
+from .check import Checker, Outcome, parse_updates
 from .gitio import Git
+from .refs import (
+    BRANCH_PREFIX, RefUpdate, check_gen_tag, check_ledgers_kept, gen_tags_at, protected_branch,
+)
 from .repo_config import RepoConfig, load_repo_config
 
 REFUSED = {"pre-commit": "commit refused", "pre-push": "push refused",
            "pre-receive": "push rejected", "ci": "verification failed"}
 
 
+def printable(text: str) -> str:
+    """``text`` on one line: pushed paths and commit subjects may hold newlines or terminal
+    escapes, which would forge or hide lines of the hook's output."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def render(outcomes: list[Outcome], hook: str, out: TextIO, verbose: bool = False) -> int:
-    """Print problems (and with ``verbose`` every verified file); return 0 or 1."""
-    problems = files = 0
+    """Print problems (and with ``verbose`` every verified unit); return 0 or 1."""
+    problems = checked = 0
+
+    def say(text: str) -> None:
+        print(printable(f"snapops {hook}: {text}"), file=out)
+
     for outcome in outcomes:
-        prefix = f"{outcome.where}: " if outcome.commit or outcome.where.startswith("ref ") \
-            else ""
-        files += len(outcome.reports)
+        prefix = f"{outcome.where}: " if outcome.commit else ""
+        checked += sum(r.format in ("generation", "ledger") for r in outcome.reports)
         for report in outcome.reports if verbose else ():
             if report.ok:
-                print(f"snapops {hook}: {prefix}OK {report.path} ({report.format})", file=out)
+                say(f"{prefix}OK {report.path} ({report.format})")
             for note in report.notes:
-                print(f"snapops {hook}: {prefix}  note: {report.path}: {note}", file=out)
+                say(f"{prefix}  note: {report.path}: {note}")
         for problem in outcome.problems():
             problems += 1
-            print(f"snapops {hook}: {prefix}{problem}", file=out)
+            say(f"{prefix}{problem}")
     if problems:
-        print(f"snapops {hook}: {REFUSED.get(hook, 'refused')}: {problems} problem(s) "
-              f"({files} file(s) checked)", file=out)
+        print(f"snapops {hook}: {REFUSED.get(hook, 'refused')}: {problems} problem(s)", file=out)
         return 1
-    if files:
-        print(f"snapops {hook}: OK, {files} snapshot/ledger file(s) verified", file=out)
+    if checked:
+        print(f"snapops {hook}: OK, {checked} generation/ledger check(s) passed", file=out)
     return 0
 
 
@@ -66,14 +79,19 @@ def run_pre_commit(git: Git, out: TextIO, cfg: RepoConfig | None = None) -> int:
 
 def run_pre_push(git: Git, args: list[str], stdin: str, out: TextIO) -> int:
     """``args``: git's (remote name, URL). Commits the remote's tracking refs already hold
-    are not re-checked."""
+    are not re-checked; a created branch must extend the remote's protected branch as this
+    repository last saw it (``refs/remotes/<remote>/<branch>``)."""
     cfg = load_repo_config(git)
     updates = parse_updates(stdin, git.null_oid(), push=True)
     known = [u.old for u in updates if u.old and git.resolve(u.old)]
     remote = args[0] if args else ""
     exclude = [*known, f"--remotes={remote}" if remote else "--remotes"]
+    protected = protected_branch(git, cfg.protected_branch, f"refs/remotes/{remote}/HEAD")
+    tip = git.resolve(f"refs/remotes/{remote}/{protected}") if remote and protected else None
     with Checker.open(git, cfg) as checker:
-        outcomes = checker.check_updates(updates, exclude, progress_bar(out, "pre-push"))
+        outcomes = checker.check_updates(updates, exclude, protected=protected,
+                                         protected_tip=tip,
+                                         progress=progress_bar(out, "pre-push"))
     return render(outcomes, "pre-push", out, cfg.verbose)
 
 
@@ -82,8 +100,12 @@ def run_pre_receive(git: Git, stdin: str, out: TextIO) -> int:
     environment); ``--not --all`` leaves out what the repository already had."""
     cfg = load_repo_config(git)
     updates = parse_updates(stdin, git.null_oid(), push=False)
+    protected = protected_branch(git, cfg.protected_branch)
+    tip = git.resolve(f"{BRANCH_PREFIX}{protected}") if protected else None
     with Checker.open(git, cfg) as checker:
-        outcomes = checker.check_updates(updates, ["--all"], progress_bar(out, "pre-receive"))
+        outcomes = checker.check_updates(updates, ["--all"], protected=protected,
+                                         protected_tip=tip,
+                                         progress=progress_bar(out, "pre-receive"))
     return render(outcomes, "pre-receive", out, cfg.verbose)
 
 
@@ -105,8 +127,6 @@ def run_framework(git: Git, env: Mapping[str, str], out: TextIO) -> int:
 def parse_range(git: Git, text: str) -> RefUpdate:
     """``BASE..HEAD`` (BASE may be all zeros, as CI systems send for a new branch) or a single
     revision (its whole history)."""
-    from snapops.formats.errors import ConfigError
-
     base, sep, head = text.partition("..")
     if not sep:
         base, head = "", text
@@ -123,14 +143,32 @@ def parse_range(git: Git, text: str) -> RefUpdate:
     return RefUpdate("range", base_oid, head_oid)
 
 
+def check_range(checker: Checker, update: RefUpdate, progress) -> list[Outcome]:
+    """Every commit of the range as the hooks check it, the range's ledgers end to end (a
+    rewritten history shows only there), and the generation tags pointing into it."""
+    git = checker.git
+    commits = git.commits(update.new, *(["--not", update.old] if update.old else []))
+    outcomes = [checker.check_commit(commit) for commit in progress(commits)]
+    refs = Outcome(f"range {text_range(update)}")
+    if update.old:
+        refs.refuse(check_ledgers_kept(git, update, update.old,
+                                       f"the range's base {update.old[:12]}"), "ledger")
+    for tag in gen_tags_at(git, set(commits)):
+        refs.refuse(check_gen_tag(git, tag), "ref")
+    return outcomes + [refs]
+
+
+def text_range(update: RefUpdate) -> str:
+    return f"{update.old[:12] if update.old else 'root'}..{update.new[:12]}"
+
+
 def run_range(git: Git, text: str, out: TextIO, *, hook: str = "ci",
               cfg: RepoConfig | None = None, as_json: bool = False) -> int:
-    """Every commit in the range, then the range's ledgers end to end (CI, pre-push)."""
+    """CI and the pre-commit framework's pre-push stage: :func:`check_range`."""
     cfg = cfg or load_repo_config(git)
     update = parse_range(git, text)
-    exclude = [update.old] if update.old else []
     with Checker.open(git, cfg) as checker:
-        outcomes = checker.check_updates([update], exclude, progress_bar(out, hook))
+        outcomes = check_range(checker, update, progress_bar(out, hook))
     if as_json:
         json.dump([o.to_dict() for o in outcomes], sys.stdout, indent=2)
         sys.stdout.write("\n")

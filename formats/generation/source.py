@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -33,13 +34,13 @@ FILE, SYMLINK, GITLINK, OTHER = "file", "symlink", "gitlink", "other"
 def safe_relpath(path: str) -> str:
     """``path`` if it is a plain relative POSIX path inside its root; FormatError otherwise."""
     parts = path.split("/")
-    bad = (not path or path.startswith("/") or "\\" in path or "\0" in path
-           or any(p in ("", ".", "..") for p in parts)
-           or any(p.lower().rstrip(". ") in (".git", "git~1") for p in parts))
-    if bad:
-        raise FormatError("unsafe path in the tree", path=path, check="path",
+    bad = next((p for p in parts if p in ("", ".", "..") or "\\" in p or "\0" in p
+                or p.lower().rstrip(". ") in (".git", "git~1")), None)
+    if not path or bad is not None:
+        shown = path if len(path) <= 160 else f"{path[:80]}...{path[-77:]}"
+        raise FormatError("unsafe path in the tree", path=shown, check="path",
                           expected="a relative path without '', '.', '..' or .git components",
-                          got=path[:120])
+                          got=repr(bad if bad is not None else path))
     return path
 
 
@@ -119,6 +120,11 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
+def entry_kind(mode: str) -> str:
+    """The kind of a git tree entry from its mode (``160000`` is a submodule's commit)."""
+    return {"100644": FILE, "100755": FILE, "120000": SYMLINK, "160000": GITLINK}.get(mode, OTHER)
+
+
 class GitTreeSource:
     """A commit's tree in a repository, read with git plumbing through ``git`` (an object with
     ``run(*args) -> bytes`` and ``open_blob(oid)``, e.g. :class:`snapops.hooks.gitio.Git`).
@@ -126,14 +132,29 @@ class GitTreeSource:
     path was validated and their size checked against ``max_blob``."""
 
     def __init__(self, git, commit: str, scratch: str | os.PathLike, *,
-                 max_blob: int = DEFAULT_MAX_BLOB) -> None:
+                 max_blob: int = DEFAULT_MAX_BLOB, label: str | None = None,
+                 worktree: str | os.PathLike | None = None) -> None:
         self.git, self.commit = git, commit
         self.scratch = Path(scratch).resolve()
         self.max_blob = max_blob
-        self.label = f"commit {commit[:12]}"
+        self.label = label or f"commit {commit[:12]}"
+        self.worktree = Path(worktree) if worktree is not None else None
         self._entries: dict[str, Entry] = {}
 
+    @classmethod
+    def staged(cls, git, scratch: str | os.PathLike, *, max_blob: int = DEFAULT_MAX_BLOB,
+               worktree: str | os.PathLike | None = None) -> "GitTreeSource":
+        """What ``git commit`` is about to record: the index written as a tree object (the
+        blobs are already in the object store; ``write-tree`` adds only trees). ``worktree``:
+        a work-tree file that hashes to the staged blob id is read in place instead of
+        inflating the blob (a local check: the file could change while it is read; the
+        receiving side verifies the pushed blobs themselves)."""
+        tree = git.run("write-tree").decode("ascii", "replace").strip()
+        return cls(git, tree, scratch, max_blob=max_blob, label="the index", worktree=worktree)
+
     def entries(self, folder: str) -> dict[str, Entry]:
+        """Every entry under ``folder`` with its kind and size (one ``ls-tree``); a path that
+        is not :func:`safe_relpath` (a crafted tree with ``..`` entries) fails here."""
         spec = f"{safe_relpath(folder)}/"
         out = self.git.run("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
                            f":(literal){spec}")
@@ -141,10 +162,8 @@ class GitTreeSource:
         for record in filter(None, out.split(b"\0")):
             meta, _, name = record.partition(b"\t")
             mode, kind, oid, size = meta.decode("ascii", "replace").split()
-            rel = name.decode("utf-8", "surrogateescape")
-            entry_kind = (GITLINK if kind == "commit" else SYMLINK if mode == "120000"
-                          else FILE if mode in ("100644", "100755") else OTHER)
-            found[rel] = Entry(rel, entry_kind, int(size) if size.isdigit() else None, oid)
+            rel = safe_relpath(name.decode("utf-8", "surrogateescape"))
+            found[rel] = Entry(rel, entry_kind(mode), int(size) if size.isdigit() else None, oid)
         self._entries.update(found)
         return found
 
@@ -179,14 +198,50 @@ class GitTreeSource:
     @contextlib.contextmanager
     def file(self, path: str) -> Iterator[Path]:
         entry = self._blob(path)
+        if self.worktree is not None and _holds_blob(self.worktree / path, entry):
+            yield self.worktree / path
+            return
         target = (self.scratch / path).resolve()
         if not target.is_relative_to(self.scratch):
             raise FormatError("path leaves the scratch folder", path=path, check="path")
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with self.git.open_blob(entry.oid) as stream, open(target, "xb") as out:
-                while block := stream.read(READ_BLOCK):
-                    out.write(block)
+            out = open(target, "xb")
+        except FileExistsError:  # never clobber (nor later remove) another reader's copy
+            raise FormatError("the same file materialised twice", path=path,
+                              check="path") from None
+        try:
+            try:
+                with self.git.open_blob(entry.oid) as stream, out:
+                    _copy(stream, out, entry.size if entry.size is not None else self.max_blob)
+            except OSError as exc:  # a full scratch disk, say: typed, one line
+                raise FormatError(f"cannot write to the scratch folder: {exc.strerror}",
+                                  path=path, check="io") from None
             yield target
         finally:
             target.unlink(missing_ok=True)
+
+
+def _holds_blob(candidate: Path, entry: Entry) -> bool:
+    """``candidate`` is a regular file whose git object id is the entry's (SHA-1 or SHA-256
+    of ``blob <size>\\0`` and the content, as git computes it)."""
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.size:
+            return False
+        h = hashlib.new("sha256" if len(entry.oid or "") == 64 else "sha1")
+        h.update(b"blob %d\0" % info.st_size)
+        while block := f.read(4 * READ_BLOCK):
+            h.update(block)
+    return h.hexdigest() == entry.oid
+
+
+def _copy(stream, out, limit: int) -> None:
+    """At most ``limit`` bytes from ``stream`` to ``out``, one block at a time."""
+    while limit > 0 and (block := stream.read(min(limit, READ_BLOCK))):
+        out.write(block)
+        limit -= len(block)

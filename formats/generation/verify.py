@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from snapops.formats.errors import FormatError, SnapopsError
+from snapops.formats.ledger import check_link, iter_lines
 from snapops.formats.report import Report
 
 from .manifest import MAGIC, MAX_BYTES, Manifest, ShardRecord, parse_manifest
 from .seal import check_seal
-from .source import FILE, Source
+from .source import FILE, Entry, Source
 
 AGE_SUFFIX = ".age"
 LEDGER_MAX = 64 << 20
@@ -49,7 +51,9 @@ _UNSET: Any = object()
 class GenerationOptions:
     """What to demand. ``expect_prev``: the MANIFEST bytes this generation must follow (None:
     it must be the run's first generation; unset: not checked). ``deep``: also run each shard
-    format's own full verification (the sealed SHA-256 already proves the bytes)."""
+    format's own full verification (the sealed SHA-256 already proves the bytes). ``memo``:
+    a dict shared by the calls of one run (a hook checking many commits); a shard whose blob
+    id, MANIFEST record and parts were verified before is not verified again."""
 
     trusted_keys: Any = None
     hmac_key: Any = None
@@ -60,6 +64,7 @@ class GenerationOptions:
     ledger: bool = True
     deep: bool = True
     workers: int = 2
+    memo: dict | None = None
 
 
 def run_folder(run: str) -> str:
@@ -101,9 +106,9 @@ def verify_generation(source: Source, run: str,
                                    require_signature=options.require_signature,
                                    require_hmac=options.require_hmac, path=report.path)
         report.passed("seal")
-        check_fileset(source, run, manifest)
+        entries = check_fileset(source, run, manifest)
         report.passed("fileset")
-        _check_shards(source, run, manifest, options, report)
+        _check_shards(source, run, manifest, options, report, entries)
         if options.expect_prev is not _UNSET:
             check_prev(manifest, options.expect_prev, report.path)
             report.passed("chain")
@@ -114,24 +119,29 @@ def verify_generation(source: Source, run: str,
         return report.fail(exc)
     except SnapopsError as exc:  # keys, decryption: typed, one line
         return report.fail(FormatError(str(exc), path=report.path, check="keys"))
+    report.arrays = len(manifest.arrays)  # the generation's arrays, not their parts
     report.details.update(gen=manifest.header.gen, keyid=manifest.header.keyid,
                           digest=hashlib.sha256(data).hexdigest(), shards=len(manifest.shards),
                           store=manifest.header.store)
     return report
 
 
-def check_fileset(source: Source, run: str, manifest: Manifest) -> None:
-    """Exactly the listed files, each a regular file of the listed size."""
+def check_fileset(source: Source, run: str, manifest: Manifest) -> dict[str, Entry]:
+    """Exactly the listed files (extra ones named first, then missing ones), each a regular
+    file of the listed size, read from the listing: nothing is opened. Returns the entries."""
     folder = run_folder(run)
     entries = source.entries(folder)
     listed = {f"{folder}/MANIFEST": None}
     listed.update({f"{folder}/{s.path}": s.size for s in manifest.shards})
     listed.update({f"{folder}/{f.path}": f.size for f in manifest.files})
+    for path in sorted(set(entries) - set(listed)):
+        raise FormatError("a file the MANIFEST does not list", path=path, check="fileset",
+                          expected="only the MANIFEST's files under " + folder,
+                          got=f"an extra {entries[path].kind}")
+    for path in sorted(set(listed) - set(entries)):
+        raise FormatError("a file the MANIFEST lists is missing", path=path, check="fileset",
+                          expected="the file", got="nothing")
     for path, entry in sorted(entries.items()):
-        if path not in listed:
-            raise FormatError("a file the MANIFEST does not list", path=path, check="fileset",
-                              expected="only the MANIFEST's files under " + folder,
-                              got=f"an extra {entry.kind}")
         if entry.kind != FILE:
             raise FormatError(f"a {entry.kind} where the MANIFEST lists a regular file",
                               path=path, check="fileset", expected="a regular file",
@@ -140,27 +150,88 @@ def check_fileset(source: Source, run: str, manifest: Manifest) -> None:
         if size is not None and entry.size is not None and entry.size != size:
             raise FormatError("file size differs from the MANIFEST", path=path, check="size",
                               expected=f"{size} bytes", got=f"{entry.size} bytes")
-    for path in sorted(set(listed) - set(entries)):
-        raise FormatError("a file the MANIFEST lists is missing", path=path, check="fileset",
-                          expected="the file", got="nothing")
+    return entries
 
 
 def _check_shards(source: Source, run: str, manifest: Manifest, options: GenerationOptions,
-                  report: Report) -> None:
+                  report: Report, entries: dict[str, Entry]) -> None:
     folder = run_folder(run)
     wsums = {f.of: f for f in manifest.files if f.role == "wsum"}
+    memo = options.memo if options.memo is not None else {}
+    keys = {s.path: _memo_key(manifest, s, wsums.get(s.path), entries, folder)
+            for s in manifest.shards}
+    known = [memo[keys[s.path]] for s in manifest.shards if keys[s.path] in memo]
+    fresh = [s for s in manifest.shards if keys[s.path] not in memo]
     for f in manifest.files:
-        _check_digest(source, f"{folder}/{f.path}", f.size, f.sha256)
+        if f.of in {s.path for s in fresh}:
+            _check_digest(source, f"{folder}/{f.path}", f.size, f.sha256)
 
     def one(shard: ShardRecord) -> Report:
-        return check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
+        done = check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
+        if keys[shard.path] is not None:
+            memo[keys[shard.path]] = done
+        return done
 
     with ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="snapops-gen") as pool:
-        for shard_report in pool.map(one, manifest.shards):
-            report.arrays += shard_report.arrays
-            report.raw_bytes += shard_report.raw_bytes
-            report.notes += shard_report.notes
+        checked = list(pool.map(one, fresh))
+    for shard_report in known + checked:
+        report.raw_bytes += shard_report.raw_bytes
+        report.notes += shard_report.notes
+    if known:
+        report.notes.append(f"{len(known)} of {len(manifest.shards)} shard(s) unchanged since "
+                            "a generation verified before (same blob, record and parts): not "
+                            "read again")
+    report.details["shards_read"] = len(fresh)
     report.passed("shards")
+
+
+def _memo_key(manifest: Manifest, shard: ShardRecord, wsum, entries: dict[str, Entry],
+              folder: str) -> tuple | None:
+    """What a shard's verification depends on: its blob, its record, its parts (with their
+    dtypes), its WSUM; None when the source has no blob ids (a folder can change)."""
+    blob = entries.get(f"{folder}/{shard.path}")
+    side = entries.get(f"{folder}/{wsum.path}") if wsum else None
+    if blob is None or blob.oid is None or (wsum is not None and (side is None or not side.oid)):
+        return None
+    parts = tuple((a.dtype, a.stored, p) for a in manifest.arrays for p in a.parts
+                  if p.shard == shard.path)
+    return blob.oid, shard, parts, wsum, side.oid if side else None
+
+
+def remember_verified(source: Source, run: str, memo: dict) -> int:
+    """Record the shards of ``run``'s generation in ``source`` as verified in ``memo``, for a
+    generation the caller already trusts (the parent commit a server accepted before), so that
+    the shards a new generation carries over unchanged (same blob, same record, same parts)
+    are not read again. Reads the MANIFEST and the listing only; returns how many shards."""
+    try:
+        _, manifest = read_manifest(source, run)
+        entries = source.entries(run_folder(run))
+    except FormatError:
+        return 0
+    folder = run_folder(run)
+    wsums = {f.of: f for f in manifest.files if f.role == "wsum"}
+    count = 0
+    for shard in manifest.shards:
+        key = _memo_key(manifest, shard, wsums.get(shard.path), entries, folder)
+        if key is not None:
+            memo.setdefault(key, Report(path=f"{folder}/{shard.path}", format=shard.format,
+                                        raw_bytes=_part_bytes(manifest, shard.path)))
+            count += 1
+    return count
+
+
+def _part_bytes(manifest: Manifest, shard_path: str) -> int:
+    """Raw bytes of the array parts a shard holds, from the MANIFEST."""
+    from snapops.formats.dtypes import numpy_dtype
+
+    total = 0
+    for array in manifest.arrays:
+        for part in array.parts:
+            if part.shard == shard_path:
+                with contextlib.suppress(SnapopsError):
+                    total += math.prod(hi - lo for lo, hi in part.box) * \
+                        numpy_dtype(array.stored or array.dtype).itemsize
+    return total
 
 
 def _check_digest(source: Source, path: str, size: int, sha256: str) -> None:
@@ -261,8 +332,6 @@ def check_prev(manifest: Manifest, expect_prev: bytes | None, path: str) -> None
 
 def check_ledger_seal(source: Source, run: str, manifest: Manifest, data: bytes) -> None:
     """The run's ledger chains, and its last line seals exactly this MANIFEST."""
-    from snapops.daemon.ledger import check_link, iter_lines
-
     path = ledger_path(run)
     raw = source.read(path, LEDGER_MAX)
     prev = last = None

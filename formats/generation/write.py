@@ -368,7 +368,7 @@ def _remove_stale(folder: Path, run: str, base: Manifest | None, manifest: Manif
 def seal_in_ledger(root: Path, run: str, written: Written) -> str:
     """Append the generation's ledger line (``format=manifest``) unless a crash left it there
     already; returns its ``merkle_this``. Another MANIFEST already sealed for this gen fails."""
-    from snapops.daemon.ledger import Ledger, LedgerEntry
+    from snapops.formats.ledger import Ledger, LedgerEntry
     from snapops.formats.integrity import ZERO_HASH, merkle_link
 
     h = written.manifest.header

@@ -1,11 +1,5 @@
-"""``snapops bench review``: the pre-commit hook on a staged WTXT, and ``snapops diff``.
-
-Pre-commit: one staged, signed and HMAC'd WTXT of about ``size`` bytes in a fresh repository;
-times, each the best wall time of a fresh ``snapops`` process (CLI start-up included):
-``precommit_s`` (the hook as installed: the work-tree copy verified in place when it has the
-staged blob's id), ``precommit_blob_s`` (blob streamed from ``git cat-file``), ``verify_file_s``
-(``snapops verify FILE`` with the same keys, the floor for both), ``startup_s`` and
-``git_add_s`` (setup, for scale).
+"""``snapops bench review``: the hooks and the generation verifier on a sealed generation
+(:mod:`snapops.bench.generations`), and ``snapops diff``.
 
 Diff: two transformer-like states as row-blocked WTXT (what the daemon commits): ``sparse``
 (1% of the rows of every matrix changed: most chunks are recognised as unchanged from their
@@ -18,20 +12,15 @@ mapped files).
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from snapops.formats import wtxt
-from snapops.formats.keys import generate_keys
 from snapops.hooks.review import diff_paths
 
-from ._measure import fmt_bytes, machine, measure, model_state, time_command
+from ._measure import fmt_bytes, machine, measure, model_state
 
 TS = "2026-01-01T00:00:00Z"
 DIFF_TARGET_MBPS = 300
@@ -40,87 +29,17 @@ WTXT_PER_RAW = 1.39  # WTXT bytes per raw f32 byte (base64 4/3, line parity, chu
 
 
 def run_review(size: int, workdir: str | None = None, threads: int = 2) -> dict:
-    return {"machine": machine(), "pre_commit": bench_precommit(size, workdir),
+    from .generations import run_generations
+
+    return {"machine": machine(), "generations": run_generations(size, workdir),
             "diff": bench_diff(size, workdir, threads=threads)}
 
 
 def render_review(r: dict) -> str:
-    return "\n".join([render_precommit(r["pre_commit"]), render_diff(r["diff"]),
+    from .generations import render_generations
+
+    return "\n".join([render_generations(r["generations"]), render_diff(r["diff"]),
                       f"(load average {r['machine']['loadavg_1min']} at the start)"])
-
-
-def _snapops() -> list[str]:
-    exe = Path(sys.executable).with_name("snapops")
-    return [os.fspath(exe)] if os.access(exe, os.X_OK) else [sys.executable, "-m", "snapops"]
-
-
-def _staged_repo(work: Path, size: int) -> tuple[Path, Path, float]:
-    keys, repo = work / "keys", work / "repo"
-    generate_keys(keys)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    state = model_state(int(size / WTXT_PER_RAW), layers=1, vectors=False)
-    snap = repo / "snapshots" / "run1" / "s.wtxt"
-    snap.parent.mkdir(parents=True)
-    wtxt.save(state, snap, gen=1, ts=TS, row_blocking=True,
-              sign_key=keys / "signing.key", hmac_key=keys / "hmac.key")
-    for key, value in (("snapops.trustedKeys", keys), ("snapops.requireSignature", "true"),
-                       ("snapops.hmacKey", keys / "hmac.key"), ("snapops.requireHmac", "true")):
-        subprocess.run(["git", "config", key, str(value)], cwd=repo, check=True)
-    start = time.perf_counter()
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    return repo, snap, time.perf_counter() - start
-
-
-def bench_precommit(size: int, workdir: str | os.PathLike | None = None) -> dict:
-    """Stage a WTXT of about ``size`` file bytes and time the pre-commit hook on it (both read
-    paths), ``snapops verify`` and CLI start-up.
-
-    >>> bench_precommit(256 << 20, "/tmp")["precommit_s"]  # doctest: +SKIP
-    1.4
-    """
-    work = Path(tempfile.mkdtemp(prefix="snapops-bench-hooks-", dir=workdir))
-    try:
-        repo, snap, git_add_s = _staged_repo(work, size)
-        cli = _snapops()
-        hook = [*cli, "hook", "pre-commit"]
-        precommit_s, proc = time_command(hook, repo)
-        _check_hook(proc, "pre-commit hook")
-        subprocess.run(["git", "config", "snapops.useWorktree", "false"], cwd=repo, check=True)
-        blob_s, proc = time_command(hook, repo, repeat=1)
-        _check_hook(proc, "pre-commit hook (blob path)")
-        keys = work / "keys"
-        verify_s, _ = time_command([*cli, "verify", str(snap), "--trusted-key", str(keys),
-                                    "--require-signature", "--hmac-key", str(keys / "hmac.key"),
-                                    "--require-hmac"], repo)
-        startup_s, _ = time_command([*cli, "--version"], repo)
-        file_size = snap.stat().st_size
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    mb = file_size / 1e6
-    return {"file_bytes": file_size, "git_add_s": round(git_add_s, 3),
-            "precommit_s": round(precommit_s, 3), "precommit_mb_s": round(mb / precommit_s, 1),
-            "precommit_blob_s": round(blob_s, 3), "precommit_blob_mb_s": round(mb / blob_s, 1),
-            "verify_file_s": round(verify_s, 3), "startup_s": round(startup_s, 3),
-            "target_s": PRECOMMIT_TARGET_S, "meets_target": precommit_s < PRECOMMIT_TARGET_S}
-
-
-def _check_hook(proc: subprocess.CompletedProcess, what: str) -> None:
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed: {proc.stderr}")
-
-
-def render_precommit(r: dict) -> str:
-    return "\n".join([
-        f"pre-commit on a staged {fmt_bytes(r['file_bytes'])} WTXT:",
-        f"  hook (work tree, hash-matched) {r['precommit_s']:7.3f} s  "
-        f"{r['precommit_mb_s']:7.1f} MB/s  target < {r['target_s']} s: "
-        f"{'met' if r['meets_target'] else 'MISSED'}",
-        f"  hook (blob via git cat-file)  {r['precommit_blob_s']:7.3f} s  "
-        f"{r['precommit_blob_mb_s']:7.1f} MB/s",
-        f"  snapops verify FILE           {r['verify_file_s']:7.3f} s",
-        f"  snapops start-up              {r['startup_s']:7.3f} s",
-        f"  git add (setup)               {r['git_add_s']:7.3f} s",
-    ])
 
 
 def changed_state(state: dict[str, np.ndarray], fraction: float, seed: int = 1

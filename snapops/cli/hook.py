@@ -16,10 +16,13 @@ def run(args) -> int:
 def register(sub) -> None:
     p = add_command(
         sub, "hook", help="run a git hook's checks (called by installed hooks)",
-        description="pre-commit verifies the staged snapshot files and ledgers; pre-push and "
-                    "pre-receive read git's ref lines on stdin and verify every new commit, "
-                    "naming commit, file, line and check; pre-commit-framework serves the "
-                    "pre-commit framework (.pre-commit-hooks.yaml).",
+        description="Every generation a tree changes is verified as a whole (sealed MANIFEST, "
+                    "exact file set, every shard, chain to the parent, ledger). pre-commit "
+                    "checks the index against HEAD; pre-push and pre-receive read git's ref "
+                    "lines on stdin, check every new commit and the ref rules (protected "
+                    "branch, generation tags), naming commit, file, line and rule; "
+                    "pre-commit-framework serves the pre-commit framework "
+                    "(.pre-commit-hooks.yaml).",
         example="printf '%s %s refs/heads/main\\n' \"$OLD\" \"$NEW\" | snapops hook pre-receive",
         func=run)
     p.add_argument("name", choices=HOOKS, metavar="NAME", help=", ".join(HOOKS))

@@ -10,10 +10,14 @@ HOOK_NAMES = ("pre-commit", "pre-push", "pre-receive")
 
 
 def run_install(args) -> int:
-    from snapops.hooks.install import install_hooks
+    from snapops.hooks.install import SERVER_CONFIG, install_hooks
 
     for action in install_hooks(args.repo, hooks=tuple(args.hook) or None):
-        print(f"{action.action:<9} {action.path}")
+        if action.name in SERVER_CONFIG:
+            value, why = SERVER_CONFIG[action.name]
+            print(f"{action.action:<9} {action.name}={value} in {action.path} ({why})")
+        else:
+            print(f"{action.action:<9} {action.path}")
     return EXIT_OK
 
 
@@ -29,7 +33,8 @@ def register(sub) -> None:
     p = add_command(
         sub, "hooks", help="install or uninstall the snapshot-verifying git hooks",
         description="Hooks call `snapops hook NAME`; settings come from `git config snapops.*` "
-                    "(trustedKeys, requireSignature, hmacKey, requireHmac).",
+                    "(trustedKeys, requireSignature, hmacKey, requireHmac, maxBlobSize, "
+                    "protectedBranch, useWorktree, verbose).",
         example="snapops hooks install . && git config snapops.trustedKeys keys/", func=None)
 
     def run_help(args) -> int:
@@ -42,7 +47,8 @@ def register(sub) -> None:
         hsub, "install", help="install pre-commit and pre-push (and pre-receive when bare)",
         description="Idempotent. An existing hook that is not ours is kept as "
                     "NAME.snapops-chained and still runs first; its failure refuses too. "
-                    "The hook records the absolute path of this snapops.",
+                    "The hook records the absolute path of this snapops. In a bare repository "
+                    "it also sets receive.fsckObjects true and core.looseCompression 0.",
         example="snapops hooks install /srv/git/snapshots.git", func=run_install)
     u = add_command(
         hsub, "uninstall", help="remove our hooks, restoring chained originals",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from snapops.daemon.ledger import Ledger
+from snapops.formats.ledger import Ledger
 
 from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
 

@@ -1,19 +1,28 @@
-"""snapops verify: full verification of any supported file."""
+"""snapops verify: full verification of single files, of whole sealed generations, and of a
+commit range as the hooks check it (CI)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 
+from snapops.formats.errors import ConfigError
 from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
 from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
 
+MANIFEST_NAME = "MANIFEST"
+
 
 def verify_one(path: str, args) -> Report:
-    """Verify one file with the options the flags give (the same for every format)."""
+    """Verify one file with the options the flags give (the same for every format; a
+    signature or HMAC a format cannot carry fails closed, naming its generation)."""
     options = VerifyOptions(hmac_key=args.hmac_key, trusted_keys=tuple(args.trusted_key),
                             require_signature=args.require_signature,
                             require_hmac=args.require_hmac, wsum=args.wsum,
@@ -21,34 +30,102 @@ def verify_one(path: str, args) -> Report:
     return verify_any(path, options)
 
 
-def run(args) -> int:
-    if args.ci or args.range:
-        return run_ci(args)
-    if not args.files:
-        print("snapops verify: error: give FILE... (or --ci --range BASE..HEAD)",
-              file=sys.stderr)
-        return EXIT_INPUT
-    reports = [verify_one(path, args) for path in args.files]
-    if args.json:
+def generation_options(args):
+    from snapops.formats.generation.verify import GenerationOptions
+
+    return GenerationOptions(trusted_keys=args.trusted_key or None, hmac_key=args.hmac_key,
+                             require_signature=args.require_signature,
+                             require_hmac=args.require_hmac, identity=args.identity)
+
+
+@contextlib.contextmanager
+def generation_source(target: str, rev: str | None):
+    """A work tree (or any folder holding ``snapshots/``) as it is on disk; with ``rev`` or
+    for a bare repository, that commit's tree, blobs materialised in a private scratch
+    folder removed afterwards."""
+    from snapops.formats.generation.source import FolderSource, GitTreeSource
+    from snapops.hooks.gitio import Git
+
+    if not os.path.isdir(target):
+        raise ConfigError(f"{target}: not a folder (give a repository, a work tree, or a "
+                          "path to a MANIFEST)")
+    git = Git(target)
+    bare = rev is None and (Path(target) / "HEAD").is_file() and git.is_bare()
+    if rev is None and not bare:
+        yield FolderSource(target)
+        return
+    commit = git.resolve(f"{rev or 'HEAD'}^{{commit}}")
+    if commit is None:
+        raise ConfigError(f"{target}: {rev or 'HEAD'} is not a commit there")
+    with tempfile.TemporaryDirectory(prefix="snapops-verify-") as scratch:
+        yield GitTreeSource(git, commit, scratch)
+
+
+def around_manifest(path: str) -> tuple[str, str]:
+    """(repository root, run) of ``.../snapshots/<run>/MANIFEST``."""
+    manifest = Path(path)
+    if manifest.parent.parent.name != "snapshots":
+        raise ConfigError(f"{path}: a generation's MANIFEST lies at snapshots/<run>/MANIFEST")
+    return os.fspath(manifest.parent.parent.parent), manifest.parent.name
+
+
+def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report:
+    from snapops.formats.generation import valid_run
+    from snapops.formats.generation.verify import verify_generation
+
+    if not valid_run(run):
+        raise ConfigError(f"--run {run!r}: not a run name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
+    with generation_source(target, rev) as source:
+        report = verify_generation(source, run, generation_options(args))
+    report.details["source"] = source.label
+    return report
+
+
+def print_reports(reports: list[Report], as_json: bool) -> int:
+    if as_json:
         json.dump([r.to_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for report in reports:
-            stream = sys.stdout if report.ok else sys.stderr
-            print(report.summary(), file=stream)
+            print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
     return EXIT_OK if all(r.ok for r in reports) else EXIT_VERIFY_FAILED
 
 
+def run(args) -> int:
+    if args.ci or args.range:
+        return run_ci(args)
+    if args.run:
+        if len(args.files) != 1:
+            return _usage("--run R takes exactly one REPO_OR_WORKTREE")
+        return print_reports([verify_generation_at(args.files[0], args.run, args.rev, args)],
+                             args.json)
+    if args.rev:
+        return _usage("--rev REV needs --run R")
+    if not args.files:
+        return _usage("give FILE..., REPO --run R, a MANIFEST, or --ci --range BASE..HEAD")
+    reports = []
+    for path in args.files:
+        if Path(path).name == MANIFEST_NAME:
+            root, run_name = around_manifest(path)
+            reports.append(verify_generation_at(root, run_name, None, args))
+        else:
+            reports.append(verify_one(path, args))
+    return print_reports(reports, args.json)
+
+
+def _usage(message: str) -> int:
+    print(f"snapops verify: error: {message}", file=sys.stderr)
+    return EXIT_INPUT
+
+
 def run_ci(args) -> int:
-    """Every snapshot file and ledger changed in a commit range (the pre-push checks)."""
+    """Every commit of a range as the hooks check it (whole generations, ledgers, tags)."""
     from snapops.hooks.gitio import Git
     from snapops.hooks.repo_config import load_repo_config
     from snapops.hooks.runner import run_range
 
-    if not (args.ci and args.range) or args.files:
-        print("snapops verify: error: --ci needs --range BASE..HEAD and no FILE",
-              file=sys.stderr)
-        return EXIT_INPUT
+    if not (args.ci and args.range) or args.files or args.run:
+        return _usage("--ci needs --range BASE..HEAD and no FILE or --run")
     git = Git(args.repo)
     cfg = load_repo_config(git).overridden(
         trusted_keys=args.trusted_key, require_signature=args.require_signature,
@@ -58,29 +135,34 @@ def run_ci(args) -> int:
 
 def register(sub) -> None:
     p = add_command(
-        sub, "verify", help="verify snapshot files (exit 1 if any check fails)",
-        description="Check every hash, CRC, parity nibble, MAC and signature a file carries "
-                    "(any format; age-armored files with --identity). The first failure is "
-                    "named by line, array, chunk and check. Unauthenticated arrays and a "
-                    "missing signature are reported as notes; they fail only with "
-                    "--require-hmac / --require-signature, which also fail for formats that "
-                    "cannot carry them (their generation's MANIFEST is what is sealed).",
-        example="snapops verify snapshots/*.wtxt --hmac-key keys/hmac.key "
-                "--trusted-key keys/ --require-signature --json",
+        sub, "verify", help="verify snapshot files or whole generations (exit 1 on failure)",
+        description="FILE...: check every hash, CRC, parity nibble, MAC and signature a file "
+                    "carries (binary formats carry no signature or HMAC: requiring one fails; "
+                    "verify their generation). REPO --run R [--rev REV], or a path to "
+                    "snapshots/R/MANIFEST: verify the sealed generation as a whole (MANIFEST "
+                    "seal, exact file set, every shard against its declared format and digest, "
+                    "the ledger's last line); a work tree as it is on disk, a bare repository "
+                    "or --rev from that commit. --ci --range BASE..HEAD: every commit as the "
+                    "hooks check it. The first failure is named by file, line and check.",
+        example="snapops verify . --run run1 --trusted-key keys/ --hmac-key keys/hmac.key "
+                "--require-signature --require-hmac --json",
         func=run)
-    p.add_argument("files", nargs="*", metavar="FILE")
-    p.add_argument("--hmac-key", help="HMAC key file: check every array's HMAC")
+    p.add_argument("files", nargs="*", metavar="FILE_OR_REPO")
+    p.add_argument("--run", help="verify the generation of this run in REPO")
+    p.add_argument("--rev", help="with --run: the generation in this commit (default: the "
+                                 "work tree; HEAD in a bare repository)")
+    p.add_argument("--hmac-key", help="HMAC key file: check every HMAC")
     p.add_argument("--trusted-key", action="append", default=[],
                    help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
     p.add_argument("--require-signature", action="store_true",
                    help="fail unless signed by a trusted key")
     p.add_argument("--require-hmac", action="store_true",
-                   help="fail unless every array is authenticated with --hmac-key")
+                   help="fail unless authenticated with --hmac-key")
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--ci", action="store_true",
-                   help="verify a commit range instead of files (with --range), as pre-push does")
+                   help="verify a commit range instead of files (with --range), as the hooks do")
     p.add_argument("--range", metavar="BASE..HEAD",
                    help="commits to verify with --ci (BASE all zeros or absent: whole history)")
     p.add_argument("--repo", default=".", help="repository for --ci (default: .)")

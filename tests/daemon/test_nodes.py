@@ -12,7 +12,7 @@ import numpy as np
 
 from snapops.daemon.client import Snapshotter
 from snapops.daemon.lifecycle import COMMITTED, DROP_REASONS, DROPPED, PUSHED
-from snapops.daemon.ledger import Ledger
+from snapops.formats.ledger import Ledger
 from snapops.formats.generation import parse_manifest
 from snapops.formats.generation.load import load_from_source, rank_shards
 from snapops.formats.generation.source import FolderSource

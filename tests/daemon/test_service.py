@@ -15,10 +15,10 @@ import pytest
 
 from snapops.cli import main
 from snapops.daemon.lifecycle import DROPPED, PUSHED
-from snapops.daemon.ledger import Ledger
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
+from snapops.formats.ledger import Ledger
 
 from .daemon_env import DaemonEnv, state_for
 from .gitserve import GitDaemon, git, init_bare

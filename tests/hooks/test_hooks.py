@@ -1,5 +1,5 @@
 """Git hooks and CI verification in real repositories: real ``git`` runs the installed hook
-scripts, which run the installed ``snapops`` (the venv's bin is put first on PATH)."""
+scripts, which run the installed ``snapops``; every tree is checked as whole generations."""
 
 from __future__ import annotations
 
@@ -7,195 +7,127 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from snapops.daemon.ledger import Ledger, LedgerEntry
-from snapops.formats import wtxt
-from snapops.formats.integrity import merkle_link
 from snapops.hooks.install import CHAINED_SUFFIX, install_hooks, uninstall_hooks
 
-TS = "2026-01-02T03:04:05Z"
-SNAP = "snapshots/run1/s.wtxt"
-LEDGER = "ledger/run1.ledger"
+from .genrepo import (
+    LEDGER, MANIFEST, SNAPOPS, GenRepo, git_env, guarded_remote, make_repo, state, tag,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+SHARD = "snapshots/run1/shards/0000.wtxt"
 
 
 @pytest.fixture
 def env(tmp_path) -> dict[str, str]:
-    """A git environment free of the user's config, with this venv's snapops first on PATH."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SNAPOPS_"))}
-    return keep | {
-        "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "PATH": f"{VENV_BIN}{os.pathsep}"
-        f"{os.environ.get('PATH', '')}", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
-        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e",
-        "GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z", "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z"}
-
-
-class Repo:
-    """A work tree driven with the real git CLI."""
-
-    def __init__(self, path: Path, env: dict[str, str]) -> None:
-        self.path, self.env = path, env
-
-    def git(self, *args: str, check: bool = True, input: str | None = None):
-        proc = subprocess.run(["git", *args], cwd=self.path, env=self.env, text=True,
-                              capture_output=True, input=input)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}):\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def commit(self, message: str, *extra: str, check: bool = True):
-        self.git("add", "-A")
-        return self.git("commit", "-q", "-m", message, *extra, check=check)
-
-    def head(self) -> str:
-        return self.git("rev-parse", "HEAD").stdout.strip()
-
-    def snapshot(self, gen: int, prev: str | None, *, keys: Path | None, seed: int | None = None,
-                 ledger: bool = True, **options):
-        """Write generation ``gen`` at the stable path SNAP and append its ledger entry."""
-        rng = np.random.default_rng(gen if seed is None else seed)
-        state = {"b": rng.integers(0, 100, 5, dtype=np.int64),
-                 "w": rng.standard_normal((64, 16)).astype(np.float32)}
-        path = self.path / SNAP
-        path.parent.mkdir(parents=True, exist_ok=True)
-        signing = {"sign_key": keys / "signing.key"} if keys else {}
-        result = wtxt.save(state, path, gen=gen, ts=TS, row_blocking=True, rows_per_chunk=16,
-                           merkle_prev=prev, **signing, **options)
-        if ledger:
-            (self.path / "ledger").mkdir(exist_ok=True)
-            Ledger(self.path / LEDGER).append_snapshot(path, root=self.path)
-        return result
-
-
-def make_repo(path: Path, env: dict[str, str], *, bare: bool = False) -> Repo:
-    args = ["git", "init", "-q", "-b", "main"] + (["--bare"] if bare else []) + [str(path)]
-    subprocess.run(args, check=True, env=env)
-    return Repo(path, env)
+    return git_env(tmp_path)
 
 
 @pytest.fixture
-def repo(tmp_path, env, keydir) -> Repo:
-    """A repository with our hooks, requiring signatures by the test keys."""
-    r = make_repo(tmp_path / "work", env)
-    install_hooks(r.path, command=[str(VENV_BIN / "snapops")])
-    r.git("config", "snapops.trustedKeys", str(keydir))
+def repo(tmp_path, env, keydir) -> GenRepo:
+    """A work tree with our hooks, requiring signed and HMAC'd generations."""
+    make_repo(tmp_path / "work", env)
+    r = GenRepo(tmp_path / "work", env, keydir)
+    install_hooks(r.path, command=[SNAPOPS])
+    r.git("config", "snapops.trustedKeys", str(keydir / "signing.pub"))
     r.git("config", "snapops.requireSignature", "true")
+    r.git("config", "snapops.hmacKey", str(keydir / "hmac.key"))
+    r.git("config", "snapops.requireHmac", "true")
     return r
 
 
-def tamper_b64(path: Path, line_no: int) -> None:
-    """Change one base64 character of ``line_no`` (1-based), keeping the line's length."""
-    lines = path.read_bytes().split(b"\n")
-    line = bytearray(lines[line_no - 1])
-    line[5] = ord("A") if line[5] != ord("A") else ord("B")
-    lines[line_no - 1] = bytes(line)
-    path.write_bytes(b"\n".join(lines))
+def flip(path: Path, at: int | None = None) -> None:
+    """Change one byte (default: the middle one) to another printable byte."""
+    data = bytearray(path.read_bytes())
+    at = len(data) // 2 if at is None else at
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    path.write_bytes(bytes(data))
 
 
-def first_b64_line(path: Path) -> int:
-    """The number of the first full-width base64 line (of array w)."""
-    lines = path.read_bytes().split(b"\n")
-    for no, line in enumerate(lines, 1):
-        if line.startswith(b"ch ") and len(lines[no]) >= 76:
-            return no + 1
-    raise AssertionError("no ch line")
+def test_generations_commit_and_a_tampered_shard_is_refused(repo):
+    accepted = repo.generation(1)
+    assert repo.head() == accepted
+    repo.write(2)
+    flip(repo.path / SHARD)
+    refused = repo.commit("gen 2, tampered", check=False)
+    assert refused.returncode == 1
+    assert f"snapops pre-commit: {SHARD}: [digest] file bytes do not match the MANIFEST digest" \
+        in refused.stderr, refused.stderr
+    assert "commit refused: 1 problem(s)" in refused.stderr
+    assert repo.out("rev-list", "--count", "HEAD") == "1"
 
 
 @pytest.mark.parametrize("use_worktree", ["true", "false"])
-def test_signed_snapshot_commits_and_tampered_is_refused(repo, keydir, use_worktree):
+def test_the_staged_tree_is_verified_not_the_work_tree(repo, use_worktree):
     repo.git("config", "snapops.useWorktree", use_worktree)
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    assert "OK, 2 snapshot/ledger file(s) verified" in repo.commit("gen 1").stderr
-
-    repo.snapshot(2, gen1.merkle_this, keys=keydir)
-    line = first_b64_line(repo.path / SNAP) + 1
-    tamper_b64(repo.path / SNAP, line)
-    refused = repo.commit("gen 2, tampered", check=False)
-    assert refused.returncode == 1
-    assert re.search(rf"{re.escape(SNAP)}:{line}: \[(parity|base64|crc32c)\]", refused.stderr), \
-        refused.stderr
-    assert "commit refused" in refused.stderr
-    assert repo.git("rev-list", "--count", "HEAD").stdout.strip() == "1"
-
-
-def test_the_staged_blob_is_verified_not_the_work_tree(repo, keydir):
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
-    repo.snapshot(2, gen1.merkle_this, keys=keydir)
-    good = (repo.path / SNAP).read_bytes()
-    line = first_b64_line(repo.path / SNAP)
-    tamper_b64(repo.path / SNAP, line)
+    repo.generation(1)
+    repo.write(2)
+    good = (repo.path / SHARD).read_bytes()
+    flip(repo.path / SHARD)
     repo.git("add", "-A")
-    (repo.path / SNAP).write_bytes(good)          # work tree good, index tampered
+    (repo.path / SHARD).write_bytes(good)            # work tree good, index tampered
     refused = repo.git("commit", "-q", "-m", "staged tampered", check=False)
-    assert refused.returncode == 1 and f"{SNAP}:{line}:" in refused.stderr
-
-    repo.git("add", "-A")                         # index good ...
-    tamper_b64(repo.path / SNAP, line)            # ... same-size work tree tampered
-    accepted = repo.git("commit", "-q", "-m", "staged good", check=False)
-    assert accepted.returncode == 0, accepted.stderr
+    assert refused.returncode == 1 and f"{SHARD}: [digest]" in refused.stderr
+    repo.git("add", "-A")                            # index good ...
+    flip(repo.path / SHARD)                          # ... work tree tampered
+    assert repo.git("commit", "-q", "-m", "staged good", check=False).returncode == 0
 
 
-def test_unsigned_snapshot_is_refused_when_signatures_are_required(repo):
-    repo.snapshot(1, None, keys=None)
+def test_unsigned_generation_is_refused_when_signatures_are_required(repo):
+    repo.extra = {}
+    repo.write(1)
+    (repo.path / MANIFEST).write_bytes(  # strip the seal: an unsigned generation
+        re.sub(rb"keyid=[0-9a-f]{16}", b"keyid=-", (repo.path / MANIFEST).read_bytes()))
     refused = repo.commit("unsigned", check=False)
-    assert refused.returncode == 1
-    assert f"{SNAP}:4: [signature]" in refused.stderr, refused.stderr
-    repo.git("config", "snapops.requireSignature", "false")
-    repo.git("config", "--unset", "snapops.trustedKeys")
-    assert repo.commit("unsigned, nothing required").returncode == 0
+    assert refused.returncode == 1 and f"{MANIFEST}:" in refused.stderr, refused.stderr
+    assert "[signature]" in refused.stderr or "[hmac]" in refused.stderr
 
 
-def test_edited_ledger_line_is_refused(repo, keydir):
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
-    repo.snapshot(2, gen1.merkle_this, keys=keydir)
-    repo.commit("gen 2")
+def test_edited_or_deleted_ledger_line_is_refused(repo):
+    repo.generation(1)
+    repo.generation(2)
     path = repo.path / LEDGER
     lines = path.read_bytes().splitlines(keepends=True)
-    lines[0] = lines[0].replace(b"build=unknown", b"build=unknowm")
-    path.write_bytes(b"".join(lines))
+    path.write_bytes(lines[0].replace(b"build=b1", b"build=b2") + lines[1])
     refused = repo.commit("edit ledger", check=False)
     assert refused.returncode == 1
     assert f"{LEDGER}:1: [append-only] line 1 of HEAD was changed" in refused.stderr
-    assert f"{LEDGER}:1: [chain]" in refused.stderr
-
-    path.write_bytes(b"".join(lines[:1]).replace(b"build=unknowm", b"build=unknown"))
+    path.write_bytes(lines[0])
     refused = repo.commit("drop a line", check=False)
-    assert refused.returncode == 1 and f"{LEDGER}:2: [append-only] 1 line(s) of HEAD removed" \
-        in refused.stderr, refused.stderr
+    assert f"{LEDGER}:2: [append-only] 1 line(s) of HEAD removed" in refused.stderr
     repo.git("rm", "-q", "-f", LEDGER)
     refused = repo.git("commit", "-q", "-m", "delete ledger", check=False)
     assert refused.returncode == 1 and f"{LEDGER}: [append-only] ledger deleted" in refused.stderr
 
 
-def test_new_entry_must_match_its_snapshot_and_chain(repo, keydir):
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
-    repo.snapshot(2, gen1.merkle_this, keys=keydir, ledger=False)
-    # a well-chained, well-formed entry that names the snapshot with a wrong sha256_all
-    sha = "f" * 64
-    forged = LedgerEntry(gen=2, ts=TS, sha256_all=sha, merkle_prev=gen1.merkle_this,
-                         merkle_this=merkle_link(gen1.merkle_this, sha, TS, "000002", "unknown"),
-                         path=SNAP, keyid=None)
-    Ledger(repo.path / LEDGER).append(forged)
-    refused = repo.commit("forged entry", check=False)
-    assert refused.returncode == 1
-    assert f"{LEDGER}:2: [file] snapshot {SNAP} does not match its entry" in refused.stderr
+@pytest.mark.parametrize("path,rule", [
+    ("snapshots/notes.txt", "layout"), ("ledger/foo.txt", "layout"),
+    ("snapshots/run1/shards/extra.wtxt", "fileset"), ("Snapshots/run1/x", "layout"),
+])
+def test_files_no_rule_recognises_are_refused(repo, path, rule):
+    repo.generation(1)
+    target = repo.path / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("hello\n")
+    refused = repo.commit("stray file", check=False)
+    assert refused.returncode == 1 and f"{path}: [{rule}]" in refused.stderr, refused.stderr
+    os.unlink(target)
+    (repo.path / "README.md").write_text("outside snapshots/ and ledger/: not our business\n")
+    assert repo.commit("readme").returncode == 0
 
-    repo.git("checkout", "-q", "HEAD", "--", LEDGER)
-    Ledger(repo.path / LEDGER).append_snapshot(repo.path / SNAP, root=repo.path)
-    assert repo.commit("gen 2").returncode == 0
+
+def test_a_run_changed_without_a_new_generation_is_refused(repo):
+    repo.generation(1)
+    wsum = repo.path / "snapshots/run1/shards/0000.wtxt"
+    wsum.chmod(0o755)  # a mode change is a change of the run's files
+    refused = repo.commit("chmod", check=False)
+    assert refused.returncode == 1
+    assert f"{MANIFEST}: [generation] files of run run1 changed without a new generation" \
+        in refused.stderr, refused.stderr
 
 
 def test_install_is_idempotent_chains_existing_hook_and_uninstall_restores(tmp_path, env):
@@ -215,13 +147,14 @@ def test_install_is_idempotent_chains_existing_hook_and_uninstall_restores(tmp_p
     assert (hooks / f"pre-commit{CHAINED_SUFFIX}").read_text() == original
 
     (r.path / "a.txt").write_text("a\n")
-    assert r.commit("plain file").returncode == 0
+    r.git("add", "-A")
+    assert r.git("commit", "-q", "-m", "plain file").returncode == 0
     assert ran.read_text() == "existing\n"           # the chained hook still runs
-    r.env = r.env | {"EXISTING_STATUS": "3"}
     (r.path / "b.txt").write_text("b\n")
-    refused = r.commit("refused by the chained hook", check=False)
+    r.git("add", "-A")
+    refused = r.git("commit", "-q", "-m", "refused by the chained hook", check=False,
+                    env=env | {"EXISTING_STATUS": "3"})
     assert refused.returncode == 1 and ran.read_text() == "existing\nexisting\n"
-    r.env = env
 
     assert {a.name: a.action for a in uninstall_hooks(r.path)} == {
         "pre-commit": "restored", "pre-push": "removed", "pre-receive": "absent"}
@@ -231,143 +164,89 @@ def test_install_is_idempotent_chains_existing_hook_and_uninstall_restores(tmp_p
     assert not (hooks / f"pre-commit{CHAINED_SUFFIX}").exists()
 
 
-def test_cli_install_in_bare_repository_adds_pre_receive(tmp_path, env):
+def test_cli_install_in_bare_repository_adds_pre_receive_and_fsck(tmp_path, env):
     bare = make_repo(tmp_path / "remote.git", env, bare=True)
-    out = subprocess.run(["snapops", "hooks", "install", str(bare.path)], env=env, text=True,
+    out = subprocess.run([SNAPOPS, "hooks", "install", str(bare.path)], env=env, text=True,
                          capture_output=True, check=True).stdout
-    assert [line.split()[0] for line in out.splitlines()] == ["installed"] * 3
+    assert [line.split()[0] for line in out.splitlines()] == ["installed"] * 3 + ["configured"] * 2
+    assert "receive.fsckObjects=true" in out and "core.looseCompression=0" in out
+    assert bare.out("config", "receive.fsckObjects") == "true"
+    assert bare.out("config", "core.looseCompression") == "0"
     script = (bare.path / "hooks" / "pre-receive").read_text()
-    assert 'hook pre-receive "$@" < "$input"' in script and str(VENV_BIN / "snapops") in script
+    assert 'hook pre-receive "$@" < "$input"' in script and SNAPOPS in script
+    again = subprocess.run([SNAPOPS, "hooks", "install", str(bare.path)], env=env, text=True,
+                           capture_output=True, check=True).stdout
+    assert [line.split()[0] for line in again.splitlines()] == ["unchanged"] * 3 + ["kept"] * 2
 
 
-@pytest.fixture
-def remote(tmp_path, env, keydir) -> Repo:
-    bare = make_repo(tmp_path / "remote.git", env, bare=True)
-    install_hooks(bare.path, command=[str(VENV_BIN / "snapops")])
-    bare.git("config", "snapops.trustedKeys", str(keydir))
-    bare.git("config", "snapops.requireSignature", "true")
-    return bare
-
-
-def test_pre_receive_accepts_clean_pushes_and_rejects_a_rewritten_ledger(repo, remote, keydir):
+def test_pre_push_refuses_locally_and_pre_receive_on_the_server(repo, tmp_path, env, keydir):
+    remote = guarded_remote(tmp_path / "remote.git", env, keydir)
     repo.git("remote", "add", "origin", str(remote.path))
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
-    gen2 = repo.snapshot(2, gen1.merkle_this, keys=keydir)
-    repo.commit("gen 2")
-    pushed = repo.git("push", "-q", "origin", "main", check=False)
-    assert pushed.returncode == 0, pushed.stderr
-    assert "snapops pre-receive: OK" in pushed.stderr
-
-    # an edited ledger line, committed past the local hook and pushed past pre-push
-    path = repo.path / LEDGER
-    path.write_bytes(path.read_bytes().replace(b"build=unknown", b"build=rewrite", 1))
-    repo.commit("rewrite ledger", "--no-verify")
+    repo.generation(1)
+    pushed = repo.push("main", tag(1), verify=True)
+    assert pushed.returncode == 0 and "snapops pre-receive: OK" in pushed.stderr, pushed.stderr
+    repo.write(2)
+    flip(repo.path / SHARD)
+    repo.commit("gen 2 tampered", "--no-verify")
     bad = repo.head()
-    refused = repo.git("push", "origin", "main", check=False)   # the client's pre-push
+    refused = repo.push("main", verify=True)
     assert refused.returncode != 0
-    assert f'snapops pre-push: commit {bad[:12]} "rewrite ledger": {LEDGER}:1: [append-only]' \
+    assert f'snapops pre-push: commit {bad[:12]} "gen 2 tampered": {SHARD}: [digest]' \
         in refused.stderr, refused.stderr
-    rejected = repo.git("push", "--no-verify", "origin", "main", check=False)
+    rejected = repo.push("main")
     assert rejected.returncode != 0 and "pre-receive hook declined" in rejected.stderr
-    assert f'remote: snapops pre-receive: commit {bad[:12]} "rewrite ledger": {LEDGER}:1: ' \
-        "[append-only]" in rejected.stderr, rejected.stderr
-    assert remote.git("rev-parse", "main").stdout.strip() != bad
-
-    # a whole history rewritten consistently (every commit valid on its own): only the
-    # ref's old tip shows it, so force-pushing it is rejected too
-    repo.git("checkout", "-q", "--orphan", "rewritten")
-    repo.git("rm", "-q", "-r", "--cached", ".")
-    (repo.path / LEDGER).unlink()
-    repo.snapshot(1, None, keys=keydir, seed=99)
-    repo.commit("rewritten gen 1")
-    forced = repo.git("push", "--no-verify", "-f", "origin", "rewritten:main", check=False)
-    assert forced.returncode != 0
-    assert re.search(rf"remote: snapops pre-receive: ref refs/heads/main \w+\.\.\w+: "
-                     rf"{re.escape(LEDGER)}:1: \[append-only\] line 1 of the old tip",
-                     forced.stderr), forced.stderr
-    assert remote.git("rev-parse", "main").stdout.strip() == \
-        repo.git("rev-parse", "main~1").stdout.strip()
-
-    repo.git("checkout", "-q", "-f", "main")
-    repo.git("reset", "-q", "--hard", "HEAD~1")
-    repo.snapshot(3, gen2.merkle_this, keys=keydir)
-    repo.commit("gen 3")
-    assert repo.git("push", "-q", "origin", "main", check=False).returncode == 0
+    assert f'remote: snapops pre-receive: commit {bad[:12]} "gen 2 tampered": {SHARD}: ' \
+        "[digest]" in rejected.stderr, rejected.stderr
+    assert remote.out("rev-parse", "main") != bad
 
 
-def test_ci_range_names_the_bad_commit(repo, keydir):
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
+def ci(repo: GenRepo, rng: str, *extra: str) -> subprocess.CompletedProcess:
+    return repo.snapops("verify", "--ci", "--range", rng, *extra)
+
+
+def test_ci_range_names_the_bad_commit(repo):
+    repo.generation(1)
     base = repo.head()
-    repo.snapshot(2, gen1.merkle_this, keys=keydir)
-    line = first_b64_line(repo.path / SNAP)
-    tamper_b64(repo.path / SNAP, line)
+    repo.write(2)
+    flip(repo.path / SHARD)
     repo.commit("gen 2 tampered", "--no-verify")
     bad = repo.head()
     (repo.path / "notes.txt").write_text("later\n")
     repo.commit("unrelated")
-
-    def ci(rng: str, *extra: str):
-        return subprocess.run(["snapops", "verify", "--ci", "--range", rng, *extra],
-                              cwd=repo.path, env=repo.env, text=True, capture_output=True)
-
-    failed = ci(f"{base}..HEAD")
+    failed = ci(repo, f"{base}..HEAD")
     assert failed.returncode == 1
-    assert f'snapops ci: commit {bad[:12]} "gen 2 tampered": {SNAP}:{line}: [' in failed.stderr
+    assert f'snapops ci: commit {bad[:12]} "gen 2 tampered": {SHARD}: [digest]' in failed.stderr
     assert failed.stderr.count(f"commit {bad[:12]}") == 1 and "unrelated" not in failed.stderr
-    assert ci(f"{'0' * 40}..{base}").returncode == 0       # a new branch: whole history
-    assert ci(f"{bad}..HEAD").returncode == 0
-    listed = ci(f"{base}..HEAD", "--json")
+    assert ci(repo, f"{'0' * 40}..{base}").returncode == 0      # a new branch: whole history
+    assert ci(repo, f"{bad}..HEAD").returncode == 0
+    listed = ci(repo, f"{base}..HEAD", "--json")
     assert [o["commit"] for o in json.loads(listed.stdout) if not o["ok"]] == [bad]
-    assert ci("nope..HEAD").returncode == 2
+    usage = ci(repo, "nope..HEAD")
+    assert usage.returncode == 2 and "nope is not a commit" in usage.stderr
 
 
-def test_streaming_snapshot_is_verified_with_its_staged_wsum(repo, keydir):
-    gen1 = repo.snapshot(1, None, keys=keydir, streaming=True, hmac_key=keydir / "hmac.key")
-    repo.git("config", "snapops.hmacKey", str(keydir / "hmac.key"))
-    repo.git("config", "snapops.requireHmac", "true")
-    assert repo.commit("gen 1 streaming").returncode == 0
-    repo.snapshot(2, gen1.merkle_this, keys=keydir, streaming=True, hmac_key=keydir / "hmac.key")
-    wsum = repo.path / (SNAP + ".wsum")
-    text = wsum.read_bytes()
-    at = text.index(b"sha256_all=") + len(b"sha256_all=")
-    wsum.write_bytes(text[:at] + (b"0" if text[at:at + 1] != b"0" else b"1") + text[at + 1:])
+def test_streaming_shard_with_its_wsum(repo):
+    repo.extra = {"streaming_threshold": 500}
+    repo.generation(1)
+    repo.write(2)
+    wsum = next((repo.path / "snapshots/run1/shards").glob("*.wsum"))
+    flip(wsum, wsum.read_bytes().index(b"sha256_all=") + 11)
     refused = repo.commit("gen 2, tampered WSUM", check=False)
     assert refused.returncode == 1
-    assert f"{SNAP}.wsum:1: [signature] expected a WSUM signature by a trusted key" \
-        in refused.stderr, refused.stderr
-    assert f"{LEDGER}:2: [file] snapshot {SNAP} does not match its entry; expected sha256_all=" \
-        in refused.stderr
+    assert f"{wsum.relative_to(repo.path).as_posix()}: [digest]" in refused.stderr
 
 
-def test_binary_format_blob_is_verified(repo):
-    from snapops.formats import fold
-
-    path = repo.path / "snapshots" / "run1" / "w.fold"
-    path.parent.mkdir(parents=True)
-    fold.save({"w": np.arange(4096, dtype=np.float32)}, path, compression="none")
-    assert "OK, 1 snapshot/ledger file(s)" in repo.commit("fold").stderr
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    refused = repo.commit("fold, flipped bit", check=False)
-    assert refused.returncode == 1 and "snapshots/run1/w.fold" in refused.stderr, refused.stderr
-    assert "snapops-hook-" not in refused.stderr          # scratch paths never leak
-
-
-def test_pre_commit_framework_manifest(repo, keydir):
+def test_pre_commit_framework_manifest(repo):
     (manifest,) = yaml.safe_load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text())
     assert manifest["id"] == "snapops-verify" and manifest["pass_filenames"] is False
     entry = manifest["entry"].split()
-    gen1 = repo.snapshot(1, None, keys=keydir)
-    repo.commit("gen 1")
+    repo.generation(1)
     base = repo.head()
-    repo.snapshot(2, gen1.merkle_this, keys=keydir, seed=5)
-    tamper_b64(repo.path / SNAP, first_b64_line(repo.path / SNAP))
+    repo.write(2, state(5))
+    flip(repo.path / SHARD)
     repo.git("add", "-A")
     staged = subprocess.run(entry, cwd=repo.path, env=repo.env, text=True, capture_output=True)
-    assert staged.returncode == 1 and f"{SNAP}:" in staged.stderr
+    assert staged.returncode == 1 and f"{SHARD}: [digest]" in staged.stderr, staged.stderr
     repo.git("commit", "-q", "--no-verify", "-m", "bad")
     pushed = subprocess.run(entry, cwd=repo.path, text=True, capture_output=True,
                             env=repo.env | {"PRE_COMMIT_FROM_REF": base,
@@ -382,14 +261,38 @@ def test_ci_examples_run_the_range_check():
         assert 'snapops verify --ci --range "$BASE..' in text
 
 
-def test_hook_input_deletions_pass_and_malformed_lines_are_errors(tmp_path, env):
+def test_hook_input_and_config_errors_exit_2(tmp_path, env):
     bare = make_repo(tmp_path / "remote.git", env, bare=True)
 
     def hook(text: str):
-        return subprocess.run(["snapops", "hook", "pre-receive"], cwd=bare.path, env=env,
+        return subprocess.run([SNAPOPS, "hook", "pre-receive"], cwd=bare.path, env=env,
                               input=text, text=True, capture_output=True)
 
     deleted = hook(f"{'1' * 40} {'0' * 40} refs/heads/gone\n")
     assert deleted.returncode == 0 and deleted.stderr == ""
     malformed = hook("old new refs/heads/main\n")
     assert malformed.returncode == 2 and "[input] malformed hook input" in malformed.stderr
+    bare.git("config", "snapops.requireHmac", "true")
+    unset = hook(f"{'1' * 40} {'0' * 40} refs/heads/gone\n")
+    assert unset.returncode == 2 and "snapops.hmacKey is not set" in unset.stderr
+    bare.git("config", "--unset", "snapops.requireHmac")
+    bare.git("config", "snapops.maxBlobSize", "lots")
+    bad = hook(f"{'1' * 40} {'0' * 40} refs/heads/gone\n")
+    assert bad.returncode == 2 and "snapops.maxBlobSize" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_pre_receive_reads_only_shards_the_accepted_parent_does_not_have(repo, tmp_path, env,
+                                                                          keydir):
+    remote = guarded_remote(tmp_path / "remote.git", env, keydir)
+    remote.git("config", "snapops.verbose", "true")
+    repo.git("remote", "add", "origin", str(remote.path))
+    repo.generation(1)
+    first = repo.push("main")
+    assert first.returncode == 0 and "not read again" not in first.stderr, first.stderr
+    repo.generation(2)
+    second = repo.push("main")
+    assert second.returncode == 0, second.stderr
+    reused = re.search(r"note: snapshots/run1/MANIFEST: (\d+) of (\d+) shard\(s\) unchanged "
+                       r"since a generation verified before", second.stderr)
+    assert reused and 0 < int(reused[1]) < int(reused[2]), second.stderr

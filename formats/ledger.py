@@ -70,7 +70,7 @@ from snapops.formats.errors import FormatError, LedgerError, LimitError, Truncat
 from snapops.formats.integrity import ZERO_HASH, merkle_link
 from snapops.formats.report import Report
 
-from .entry_values import FolderSource, check_values, wtxt_values
+from .ledger_values import FolderSource, check_values, wtxt_values
 
 MAX_LINE = 2048
 MAX_PATH = 1024

@@ -1,7 +1,7 @@
 """What a ledger entry is checked against: the sealing values its snapshot file carries.
 
 One dispatch (:func:`check_values`) for the ledger verifier (files in a work tree,
-:class:`FolderSource`) and the Git hooks (blobs of a tree, ``hooks.ledger_check.TreeSource``):
+:class:`FolderSource`; the hooks check whole generations through the generation verifier):
 a ``manifest`` entry is compared with the MANIFEST it names, a ``wtxt`` entry with the WTXT
 header (or the WSUM of a streaming file); other formats carry no sealing values and are only
 checked for existence.

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from snapops.cli import main
-from snapops.daemon.ledger import (
-    MAX_LINE, Ledger, LedgerEntry, chain_next, format_line, iter_lines, parse_line,
-)
 from snapops.formats.errors import FormatError, LedgerError, LimitError, TruncatedError
 from snapops.formats.integrity import merkle_link
+from snapops.formats.ledger import (
+    MAX_LINE, Ledger, LedgerEntry, chain_next, format_line, iter_lines, parse_line,
+)
 from snapops.formats.wtxt import save
 from snapops.formats.wtxt.wsum import wsum_path
 
@@ -520,7 +520,7 @@ TEXT_LEDGER = _text_ledger()
 def test_any_one_byte_change_is_a_typed_error_or_a_named_problem(at, value):
     import io
 
-    from snapops.daemon.ledger import check_link
+    from snapops.formats.ledger import check_link
 
     data = bytearray(TEXT_LEDGER)
     changed = data[at] != value
