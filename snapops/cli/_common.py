@@ -36,6 +36,14 @@ def add_command(sub, name: str, *, help: str, description: str, example: str, fu
     return parser
 
 
+def add_group(sub, name: str, *, help: str, description: str, example: str):
+    """Add a command that only holds actions (``snapops daemon run``...); its ``--help`` lists
+    them and ends with an example too."""
+    return sub.add_parser(name, help=help, description=description,
+                          epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def parse_size(text: str) -> int:
     """argparse type for sizes: '256MiB' -> 268435456, '32M' -> 32000000 (the config's
     parser, :func:`snapops.config.sizes.parse_size`)."""

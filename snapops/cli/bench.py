@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from ._common import add_command, parse_size
+from ._common import add_command, add_group, parse_size
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,9 @@ def _run(suite: Suite, args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure throughput and memory",
-                       description="Benchmarks (numbers for the README, never test assertions).")
+    p = add_group(sub, "bench", help="measure throughput and memory",
+                  description="Benchmarks (numbers for the README, never test assertions).",
+                  example="snapops bench wtxt --size 64MiB --json")
     bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
     for suite in SUITES:
         q = add_command(bsub, suite.name, help=suite.help, description=suite.description,

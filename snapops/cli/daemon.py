@@ -8,7 +8,7 @@ import time
 
 from snapops.config import load_config, resolve
 
-from ._common import add_command
+from ._common import add_command, add_group
 
 
 def _config(args):
@@ -95,9 +95,10 @@ def run_request(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("daemon", help="run or inspect the snapshot daemon",
-                       description="The snapshot daemon serializes, seals, commits and pushes "
-                                   "the generations training processes request.")
+    p = add_group(sub, "daemon", help="run or inspect the snapshot daemon",
+                  description="The snapshot daemon serializes, seals, commits and pushes "
+                  "the generations training processes request.",
+                  example="snapops daemon status --config snapops.toml")
     dsub = p.add_subparsers(dest="daemon_command", metavar="ACTION")
     run = add_command(
         dsub, "run", help="run the daemon in the foreground (SIGTERM stops it cleanly)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from snapops.formats.wtxt.delta import apply_delta, make_delta
 
-from ._common import add_command
+from ._common import add_command, add_group
 
 
 def _keys(args) -> dict:
@@ -33,10 +33,11 @@ def _key_flags(parser) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("delta", help="make or apply DELTA v2 files (changed chunks only)",
-                       description="DELTA v2 carries only the chunks that changed between two "
-                                   "finalized WTXT snapshots with the same arrays and row "
-                                   "blocking.")
+    p = add_group(sub, "delta", help="make or apply DELTA v2 files (changed chunks only)",
+                  description="DELTA v2 carries only the chunks that changed between two "
+                  "finalized WTXT snapshots with the same arrays and row "
+                  "blocking.",
+                  example="snapops delta make gen-000011.wtxt gen-000012.wtxt 11-to-12.wtxtdelta")
     dsub = p.add_subparsers(dest="delta_command", metavar="ACTION")
     make = add_command(
         dsub, "make", help="write the delta from BASE to TARGET",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from snapops.formats.keys import generate_keys, keyid, load_public_key
 
-from ._common import add_command
+from ._common import add_command, add_group
 
 
 def run_generate(args) -> int:
@@ -18,7 +18,8 @@ def run_generate(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("keys", help="manage key files", description="Manage key files.")
+    p = add_group(sub, "keys", help="manage key files", description="Manage key files.",
+                  example="snapops keys generate keys/")
     ksub = p.add_subparsers(dest="keys_command", metavar="ACTION")
     g = add_command(
         ksub, "generate", help="write a fresh set of keys into DIR",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from snapops.formats.ledger import Ledger
@@ -10,8 +11,23 @@ from snapops.formats.ledger import Ledger
 from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
 
 
+def entry_root(ledger: str, root: str | None) -> str:
+    """``--root`` when given, else the top level of the Git work tree holding ``ledger`` (entry
+    paths are relative to it: ``snapshots/<run>/...``), else the ledger's folder."""
+    if root is not None:
+        return root
+    from snapops.formats.gitcmd import run_git
+
+    folder = os.path.dirname(os.path.abspath(ledger))
+    if os.path.isdir(folder):
+        result = run_git(["rev-parse", "--show-toplevel"], cwd=folder, check=False)
+        if result.ok and result.text:
+            return result.text
+    return folder
+
+
 def run_append(args) -> int:
-    ledger = Ledger(args.ledger, root=args.root)
+    ledger = Ledger(args.ledger, root=entry_root(args.ledger, args.root))
     rec = ledger.append_snapshot(args.snapshot)
     e = rec.entry
     print(f"appended line {rec.line_no}: gen={e.gen_text} path={e.path} "
@@ -20,7 +36,7 @@ def run_append(args) -> int:
 
 
 def run_verify(args) -> int:
-    report = Ledger(args.ledger, root=args.root).verify(
+    report = Ledger(args.ledger, root=entry_root(args.ledger, args.root)).verify(
         check_files=not args.no_files, allow_missing=args.allow_missing,
         contiguous=args.contiguous, head=args.head)
     if args.json:
@@ -54,8 +70,8 @@ def register(sub) -> None:
         sub, "ledger", help="append to, verify or show a snapshot ledger",
         description="The ledger holds one merkle-chained line per generation "
                     "(gen, ts, sha256_all, merkle_prev, merkle_this, path, format, keyid, build, "
-                    "chain). Paths are relative to --root (default: the ledger's folder).",
-        example="snapops ledger verify ledger/run1.ledger --root .", func=None)
+                    "chain). Paths are relative to --root (default: the top level of the Git work tree holding the ledger).",
+        example="snapops ledger verify ledger/run1.ledger", func=None)
 
     def run_help(args) -> int:
         p.print_help(sys.stderr)
@@ -69,11 +85,11 @@ def register(sub) -> None:
         description="Read the snapshot's header (or the WSUM beside a streaming file) and append "
                     "its entry. Refused when its gen is not greater than the last one or its "
                     "merkle_prev is not the last entry's merkle_this.",
-        example="snapops ledger append ledger/run1.ledger snapshots/run1/s.wtxt --root .",
+        example="snapops ledger append ledger/run1.ledger snapshots/run1/s.wtxt",
         func=run_append)
     a.add_argument("ledger", metavar="LEDGER")
     a.add_argument("snapshot", metavar="SNAPSHOT")
-    a.add_argument("--root", help="folder entry paths are relative to (default: LEDGER's folder)")
+    a.add_argument("--root", help="folder entry paths are relative to (default: the top level of the Git work tree holding LEDGER, else LEDGER's folder)")
 
     v = add_command(
         lsub, "verify", help="check the chain and the snapshot files (exit 1 on failure)",
@@ -84,7 +100,7 @@ def register(sub) -> None:
         example="snapops ledger verify ledger/run1.ledger --root . --allow-missing --json",
         func=run_verify)
     v.add_argument("ledger", metavar="LEDGER")
-    v.add_argument("--root", help="folder entry paths are relative to (default: LEDGER's folder)")
+    v.add_argument("--root", help="folder entry paths are relative to (default: the top level of the Git work tree holding LEDGER, else LEDGER's folder)")
     v.add_argument("--allow-missing", action="store_true",
                    help="note missing snapshot files (pruned by retention) instead of failing")
     v.add_argument("--no-files", action="store_true", help="check the ledger text only")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_command, parse_size
+from ._common import add_command, add_group, parse_size
 
 
 def add_limit_options(parser) -> None:
@@ -38,8 +38,9 @@ def run_setup(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("review", help="set up git for weight-diff review",
-                       description="Git integration of snapops diff/textconv.")
+    p = add_group(sub, "review", help="set up git for weight-diff review",
+                  description="Git integration of snapops diff/textconv.",
+                  example="snapops review setup .")
     rsub = p.add_subparsers(dest="review_command", metavar="ACTION")
     s = add_command(
         rsub, "setup", help="configure the textconv and WTXT diff drivers in a repository",

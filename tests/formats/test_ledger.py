@@ -536,3 +536,23 @@ def test_any_one_byte_change_is_a_typed_error_or_a_named_problem(at, value):
         problems.append(exc)
     assert bool(problems) == changed
     assert all(p.line is not None for p in problems)
+
+
+def test_cli_root_defaults_to_the_work_tree_top_level(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    _, paths = cli_chain(tmp_path)
+    (tmp_path / "ledger").mkdir()
+    ledger = str(tmp_path / "ledger" / "run1.ledger")
+    monkeypatch.chdir(tmp_path / "ledger")  # anywhere: the root comes from the work tree
+    for path in paths:
+        assert main(["ledger", "append", ledger, path]) == 0
+    assert main(["ledger", "verify", ledger]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("OK ")
+    outside = tmp_path / "outside"  # not in a work tree: the ledger's folder, so [missing]
+    subprocess.run(["git", "init", "-q", str(outside)], check=True)
+    copy = outside / "run1.ledger"
+    copy.write_bytes((tmp_path / "ledger" / "run1.ledger").read_bytes())
+    assert main(["ledger", "verify", str(copy)]) == 1
+    assert "missing" in capsys.readouterr().err
