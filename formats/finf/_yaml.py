@@ -320,6 +320,9 @@ def load_tree_node(text: str, limits: S.Limits = S.DEFAULT_LIMITS, line_base: in
         raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if "nesting depth" in str(exc.problem):  # libyaml's own cap (PyYAML >= 6.0.3 wheels)
+            raise LimitError("tree nested too deeply", line=instance.line_of(mark),
+                             expected=f"<= {limits.max_depth} levels", got="deeper") from exc
         raise FormatError(f"YAML: {exc.problem or exc.context}", line=instance.line_of(mark),
                           expected="valid YAML 1.1", got=_snippet(exc)) from exc
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:

@@ -3,6 +3,7 @@ pushed generation must be sealed by a trusted key), served by ``git daemon`` on 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -35,7 +36,8 @@ def free_port() -> int:
 
 
 class GitDaemon:
-    """``git daemon`` serving the repositories under ``base`` on 127.0.0.1, pushes enabled."""
+    """``git daemon`` serving every repository under ``base`` on 127.0.0.1 (pushes enabled);
+    a context manager, or ``start``/``stop`` at will (tests take a remote down and up)."""
 
     def __init__(self, base: Path) -> None:
         self.base, self.port = base, free_port()
@@ -44,29 +46,54 @@ class GitDaemon:
     def url(self, name: str) -> str:
         return f"git://127.0.0.1:{self.port}/{name}"
 
-    def __enter__(self) -> "GitDaemon":
+    def start(self) -> None:
+        if self.proc is not None:
+            raise GitError(f"git daemon on 127.0.0.1:{self.port} is already running")
         self.proc = subprocess.Popen(
             ["git", "daemon", "--reuseaddr", f"--base-path={self.base}", "--export-all",
              "--enable=receive-pack", "--listen=127.0.0.1", f"--port={self.port}",
              str(self.base)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+            start_new_session=True)  # its own process group: stop() also ends its children
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise GitError(f"git daemon on 127.0.0.1:{self.port} did not start")
-                time.sleep(0.05)
+        while not _accepts(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.proc.poll()
+                self.stop()
+                raise GitError(f"git daemon on 127.0.0.1:{self.port} did not start"
+                               + (f" (exit {code})" if code is not None else " within 10 s"))
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """End the daemon and its children; returns once the port refuses connections."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        deadline = time.monotonic() + 5
+        while _accepts(self.port, timeout=0.2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def __enter__(self) -> "GitDaemon":
+        self.start()
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
-        self.proc = None
+        self.stop()
+
+
+def _accepts(port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def repository_bytes(path: Path) -> int:

@@ -70,10 +70,14 @@ def test_seal_suite_reports_delta_armor_and_signatures(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_review_suite_times_the_hook_and_the_diff(tmp_path, capsys):
+def test_review_suite_times_the_hooks_the_verifier_and_the_diff(tmp_path, capsys):
     r = _bench(capsys, "review", "--size", "1MiB", "--workdir", str(tmp_path))
-    pre, diff = r["pre_commit"], r["diff"]
-    assert pre["precommit_s"] > 0 and pre["verify_file_s"] > 0 and pre["file_bytes"] > 0
+    gens, diff = r["generations"], r["diff"]
+    for fmt in ("wtxt", "aero"):
+        g = gens[fmt]
+        assert g["raw_bytes"] >= 1 << 20 and g["files_bytes"] >= g["raw_bytes"]
+        assert g["pre_receive_s"] > 0 and g["pre_receive_next_s"] > 0 and g["pre_commit_s"] > 0
+        assert 0 < g["verify_mb_s"] and 0 < g["sha256_mb_s"]
     assert set(diff["scenarios"]) == {"sparse", "dense", "dense_npz"}
     sparse, dense = diff["scenarios"]["sparse"], diff["scenarios"]["dense"]
     assert 0 < sparse["blocks_changed"] < dense["blocks_changed"] <= dense["blocks"]
