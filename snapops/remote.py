@@ -180,4 +180,7 @@ class Repository:
         return commit
 
     def _git(self, *args: str, what: str):
-        return run_git(args, cwd=self.git.cwd, what=what, redact=self._redact)
+        try:
+            return run_git(args, cwd=self.git.cwd, what=what, redact=self._redact)
+        except GitError as exc:   # git spells the URL its own way too (a trailing slash...)
+            raise GitError(redact_url(str(exc))) from None
