@@ -36,9 +36,9 @@ TARGETS = {"wtxt": ">= 500", "aero": ">= 1500"}
 
 
 def _setup(work: Path, fmt: str, size: int):
-    from snapops.daemon.worktree import configure_repo
-
     from .generations import RUN, Bench, _git
+
+    from snapops.daemon.worktree import configure_repo
 
     bench = Bench(work, fmt, size)
     configure_repo(bench.repo, 0)     # as the daemon sets its repository (repo.compression)

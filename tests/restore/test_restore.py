@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from snapops.formats.errors import ConfigError
 
 import snapops
 import snapops.torch
 from snapops.cli import main
+from snapops.formats.errors import ConfigError
 from snapops.remote import open_repository
 from snapops.restore import RestoreFailed
 

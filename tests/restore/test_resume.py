@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from snapops.formats.errors import ConfigError
-from snapops.formats.generation.write import (
-    GenerationSpec,
-    seal_in_ledger,
-    write_generation,
-)
-from snapops.formats.keys import coerce_trusted, generate_keys, load_hmac_key
-from snapops.formats.tensors import tensor_to_numpy
 
 import snapops.torch
+from snapops.formats.errors import ConfigError
+from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+from snapops.formats.keys import coerce_trusted, generate_keys, load_hmac_key
+from snapops.formats.tensors import tensor_to_numpy
 
 from ..daemon.gitserve import git
 
