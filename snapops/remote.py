@@ -39,7 +39,7 @@ _SCP = re.compile(r"[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+:")    # user@host:path (ssh)
 _HEX_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _GEN_REF = re.compile(r"refs/tags/(?P<run>[^\s]+)/gen-(?P<gen>[0-9]{6,20})")
 FETCHED = "refs/snapops/restore"
-MAX_REF_LISTING = 64 << 20    # bytes of ls-remote output read from an untrusted remote
+SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 # Keep the received pack as it is (no loose copy of every blob, recompressed) and stream big
 # blobs instead of holding them in memory.
 FETCH_CONFIG = ("-c", "fetch.unpackLimit=1", "-c", "core.bigFileThreshold=1")
@@ -86,6 +86,10 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
     target = os.fspath(repo_or_url)
     if not target or target.startswith("-") or "\0" in target or "\n" in target:
         raise ConfigError(f"{redact_url(target)[:200]!r}: expected a repository path or a URL")
+    scheme = target.split("://", 1)[0].lower() if _SCHEME.match(target) else None
+    if scheme is not None and scheme not in SCHEMES:
+        raise ConfigError(f"{redact_url(target)[:200]}: unsupported URL scheme {scheme!r}; "
+                          f"expected one of {', '.join(SCHEMES)}")
     if not is_url(target):
         if not os.path.isdir(target):
             raise ConfigError(f"{target}: not a repository (give a work tree, a bare repository "
@@ -129,7 +133,7 @@ class Repository:
             refs = out.splitlines()
         else:
             out = self._git("ls-remote", "--tags", "--refs", "--end-of-options", self.url,
-                            pattern, what="ls-remote").stdout[:MAX_REF_LISTING]
+                            pattern, what="ls-remote").stdout
             refs = [line.split("\t", 1)[-1] for line in
                     out.decode("utf-8", "replace").splitlines()]
         gens = set()

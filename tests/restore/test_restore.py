@@ -188,3 +188,11 @@ def test_errors_name_the_url_without_its_secret(tmp_path):
     assert "http://***@127.0.0.1:1/x.git?token=***" in str(err.value)
     with pytest.raises(RestoreFailed, match="no generation tag of run t"):
         snapops.latest_verified(bare, RUN)
+    marker = tmp_path / "pwned"
+    for hostile, says in ((f"ext::sh -c touch% {marker}", "not a repository"),
+                          ("fd::17", "not a repository"),
+                          ("foo://host/x.git", "unsupported URL scheme 'foo'"),
+                          ("--upload-pack=touch x", "expected a repository path or a URL")):
+        with pytest.raises(ConfigError, match=says):
+            snapops.load_generation(hostile, RUN)
+    assert not marker.exists()
