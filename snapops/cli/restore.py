@@ -29,9 +29,10 @@ def verify_fields(args) -> dict:
 
 
 def run(args) -> int:
-    import snapops
+    from snapops.formats.registry import handler_for_suffix
     from snapops.restore import RestoreFailed, latest_verified, load_generation
 
+    writer = handler_for_suffix(args.output)     # a suffix no writer takes fails before reading
     start = time.perf_counter()
     fields = verify_fields(args)
     skipped: list[tuple[int, str]] = []
@@ -51,7 +52,7 @@ def run(args) -> int:
     for gen, reason in skipped:
         print(f"snapops restore: skipped gen {gen}: {reason}", file=sys.stderr)
     meta = snap.meta
-    result = snapops.save(snap, args.output, gen=meta["gen"], ts=meta["ts"], build=meta["build"])
+    result = writer.save(snap, args.output, gen=meta["gen"], ts=meta["ts"], build=meta["build"])
     seconds = time.perf_counter() - start
     rate = snap.nbytes / seconds / 1e6 if seconds > 0 else 0.0
     checked = "not verified" if args.no_verify else "verified"
