@@ -167,12 +167,13 @@ def test_latest_verified_skips_a_tampered_newest_generation_and_says_why(remotes
     (["--run", RUN, "--rev", "main:refs/heads/x"], "a ref name"),
     (["--run", RUN, "--gen", "9"], "t/gen-000009"),
     (["--run", RUN, "--gen", "-1"], "generation number"),
+    (["--run", RUN, "-o", "/nonexistent/x.bin"], "unrecognised file type"),
 ])
 def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, args, says):
     _, base = remotes
     out = tmp_path / "x.pt"
     proc = subprocess.run([sys.executable, "-m", "snapops", "restore",
-                           f"file://{base}/wtxt.git", *args, "-o", str(out)],
+                           f"file://{base}/wtxt.git", "-o", str(out), *args],
                           capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     line, = proc.stderr.splitlines()
