@@ -28,7 +28,8 @@ from snapops.formats.report import Report
 
 __version__ = "0.1.0"
 __all__ = ["Snapshot", "Snapshotter", "Shard", "Report", "WriteResult", "VerifyOptions", "load",
-           "save", "verify", "inspect", "SnapopsError", "FormatError"]
+           "save", "verify", "inspect", "load_generation", "latest_verified", "SnapopsError",
+           "FormatError"]
 
 
 def __getattr__(name: str):
@@ -40,6 +41,10 @@ def __getattr__(name: str):
         from snapops.formats.generation.plan import Shard
 
         return Shard
+    if name in ("load_generation", "latest_verified"):  # a generation from a repository or URL
+        from snapops import restore
+
+        return getattr(restore, name)
     raise AttributeError(f"module 'snapops' has no attribute {name!r}")
 
 

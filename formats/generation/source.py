@@ -129,17 +129,20 @@ class GitTreeSource:
     """A commit's tree in a repository, read with git plumbing through ``git`` (an object with
     ``run(*args) -> bytes`` and ``open_blob(oid)``, e.g. :class:`snapops.hooks.gitio.Git`).
     Blobs are materialised under ``scratch`` (which must exist and be private) only after their
-    path was validated and their size checked against ``max_blob``."""
+    path was validated and their size checked against ``max_blob``. ``keep``: a materialised
+    blob stays in ``scratch`` until the caller removes it, and later reads of that path use
+    it (restore verifies a shard, then loads the same copy: one read from git)."""
 
     def __init__(self, git, commit: str, scratch: str | os.PathLike, *,
                  max_blob: int = DEFAULT_MAX_BLOB, label: str | None = None,
-                 worktree: str | os.PathLike | None = None) -> None:
+                 worktree: str | os.PathLike | None = None, keep: bool = False) -> None:
         self.git, self.commit = git, commit
         self.scratch = Path(scratch).resolve()
         self.max_blob = max_blob
         self.label = label or f"commit {commit[:12]}"
         self.worktree = Path(worktree) if worktree is not None else None
         self._entries: dict[str, Entry] = {}
+        self._kept: dict[str, Path] | None = {} if keep else None
 
     @classmethod
     def staged(cls, git, scratch: str | os.PathLike, *, max_blob: int = DEFAULT_MAX_BLOB,
@@ -201,6 +204,9 @@ class GitTreeSource:
         if self.worktree is not None and _holds_blob(self.worktree / path, entry):
             yield self.worktree / path
             return
+        if self._kept is not None and path in self._kept:
+            yield self._kept[path]
+            return
         target = (self.scratch / path).resolve()
         if not target.is_relative_to(self.scratch):
             raise FormatError("path leaves the scratch folder", path=path, check="path")
@@ -217,9 +223,12 @@ class GitTreeSource:
             except OSError as exc:  # a full scratch disk, say: typed, one line
                 raise FormatError(f"cannot write to the scratch folder: {exc.strerror}",
                                   path=path, check="io") from None
+            if self._kept is not None:
+                self._kept[path] = target
             yield target
         finally:
-            target.unlink(missing_ok=True)
+            if self._kept is None or path not in self._kept:
+                target.unlink(missing_ok=True)
 
 
 def _holds_blob(candidate: Path, entry: Entry) -> bool:

@@ -44,6 +44,18 @@ def add_group(sub, name: str, *, help: str, description: str, example: str):
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_key_options(parser) -> None:
+    """The verification keys flags shared by ``verify`` and ``restore``."""
+    parser.add_argument("--hmac-key", help="HMAC key file: check every HMAC")
+    parser.add_argument("--trusted-key", action="append", default=[],
+                        help="trusted Ed25519 public key (PEM file, or a folder of *.pub); "
+                             "repeatable")
+    parser.add_argument("--require-signature", action="store_true",
+                        help="fail unless signed by a trusted key")
+    parser.add_argument("--require-hmac", action="store_true",
+                        help="fail unless authenticated with --hmac-key")
+
+
 def parse_size(text: str) -> int:
     """argparse type for sizes: '256MiB' -> 268435456, '32M' -> 32000000 (the config's
     parser, :func:`snapops.config.sizes.parse_size`)."""

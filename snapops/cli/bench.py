@@ -81,6 +81,17 @@ SUITES = [
           "snapops bench review --size 256MiB", "256MiB",
           ((("--threads",), {"type": int, "default": 2,
                              "help": "diff worker threads (default 2)"}),)),
+    Suite("restore", "restore of a sealed generation from a local remote",
+          "One signed, HMAC'd generation of --size raw bytes in a bare remote, restored with "
+          "snapops.load_generation (verified: seal, file set, every shard's SHA-256, ledger; "
+          "arrays with their dtypes) to memory and to .safetensors, and once from file:// "
+          "(shallow fetch first); next to git cat-file of the shards, one SHA-256 pass and "
+          "one memcpy of the same bytes in the same run.",
+          "snapops bench restore --size 1GiB --format aero", "1GiB",
+          ((("--format",), {"action": "append", "dest": "names", "choices": ["wtxt", "aero"],
+                            "help": "only these formats (repeatable; default both)"}),
+           (("--rounds",), {"type": int, "default": 2,
+                            "help": "timed rounds after one warm-up round (default 2)"}))),
 ]
 
 

@@ -15,7 +15,7 @@ from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
-from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command
+from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options
 
 MANIFEST_NAME = "MANIFEST"
 
@@ -151,13 +151,7 @@ def register(sub) -> None:
     p.add_argument("--run", help="verify the generation of this run in REPO")
     p.add_argument("--rev", help="with --run: the generation in this commit (default: the "
                                  "work tree; HEAD in a bare repository)")
-    p.add_argument("--hmac-key", help="HMAC key file: check every HMAC")
-    p.add_argument("--trusted-key", action="append", default=[],
-                   help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
-    p.add_argument("--require-signature", action="store_true",
-                   help="fail unless signed by a trusted key")
-    p.add_argument("--require-hmac", action="store_true",
-                   help="fail unless authenticated with --hmac-key")
+    add_key_options(p)
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")

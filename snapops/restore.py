@@ -1,0 +1,142 @@
+"""Restore a sealed generation from a repository or a URL: verified, original names and dtypes.
+
+:func:`load_generation` reads one generation (by gen, by revision, or the newest on the
+default branch) through :class:`~snapops.formats.generation.source.GitTreeSource` and the one
+generation loader, so what comes back passed the generation verifier; :func:`latest_verified`
+walks back from the newest generation tag to the first that verifies, saying why each newer
+one was skipped. Verification options are those of
+:class:`~snapops.formats.generation.verify.GenerationOptions` (``trusted_keys``, ``hmac_key``,
+``require_signature``, ``require_hmac``, ``identity``, ``deep``...). By default ``deep`` is
+off here: each shard's bytes are checked against the SHA-256 the sealed MANIFEST lists, and the
+format's reader parses them while loading; ``deep=True`` adds each format's own full
+verification first (one more read of every shard).
+
+Example::
+
+    snap = load_generation("git://host/snapshots.git", "run1", gen=12, trusted_keys="keys/")
+    snap["layer.0.weight"].dtype.name, snap.meta["gen"]
+    # -> ('bfloat16', 12)
+    snap, skipped = latest_verified("/srv/git/snapshots.git", "run1", trusted_keys="keys/")
+    skipped   # -> [(13, 'snapshots/run1/shards/0000.aero: [digest] file bytes do not ...')]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from snapops.formats.errors import DataError, FormatError, SnapopsError
+from snapops.formats.generation.load import load_from_source
+from snapops.formats.generation.verify import GenerationOptions
+from snapops.formats.model import Snapshot
+
+from .remote import Repository, check_run, gen_tag, open_repository
+
+__all__ = ["RestoreFailed", "generation_options", "latest_verified", "load_generation"]
+
+_FIELDS = {f.name for f in dataclasses.fields(GenerationOptions)} - {"memo", "expect_prev"}
+
+
+class RestoreFailed(FormatError):
+    """The generation did not verify (or no generation did): its failure, with where it was."""
+
+    check = "restore"
+
+    def __init__(self, where: str, failure: BaseException | str,
+                 skipped: list[tuple[int, str]] | None = None) -> None:
+        self.where, self.failure, self.skipped = where, failure, skipped or []
+        super().__init__(f"{where}: {failure}")
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.failure}"
+
+
+def generation_options(**options: Any) -> GenerationOptions:
+    """GenerationOptions for a restore (``deep`` off unless given); an unknown name is an error
+    that lists the allowed ones."""
+    unknown = sorted(set(options) - _FIELDS)
+    if unknown:
+        raise DataError(f"unknown option {unknown[0]!r}; allowed: {', '.join(sorted(_FIELDS))}")
+    return GenerationOptions(**{"deep": False, **options})
+
+
+Progress = Callable[[int], object]
+
+
+def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None = None,
+                    rev: str | None = None, verify: bool = True, progress: Progress | None = None,
+                    **options: Any) -> Snapshot:
+    """Generation ``gen`` of ``run`` (its tag ``<run>/gen-NNNNNN``), or the one at ``rev``, or
+    the newest on the default branch, from a local repository or a URL (a shallow fetch of
+    just that commit). Verified as a whole unless ``verify=False``; RestoreFailed when it does
+    not verify, ConfigError for a bad name, revision or URL. ``meta``: run, gen, ts, build,
+    keyid, format, source. ``progress(nbytes)`` is called as each file leaves git."""
+    opts = generation_options(**options)
+    check_run(run)
+    with open_repository(repo_or_url) as repo:
+        return _load(repo, run, gen, rev, verify, opts, progress)
+
+
+def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = True,
+                    progress: Progress | None = None,
+                    **options: Any) -> tuple[Snapshot, list[tuple[int, str]]]:
+    """The newest generation of ``run`` (by its tags) that verifies, and ``(gen, reason)`` for
+    each newer one skipped; RestoreFailed (with ``skipped``) when none does."""
+    opts = generation_options(**options)
+    check_run(run)
+    skipped: list[tuple[int, str]] = []
+    with open_repository(repo_or_url) as repo:
+        gens = repo.generations(run)
+        for gen in gens:
+            try:
+                return _load(repo, run, gen, None, verify, opts, progress), skipped
+            except RestoreFailed as exc:
+                skipped.append((gen, str(exc.failure)))
+        shown = repo.shown
+    raise RestoreFailed(shown, f"no generation tag of run {run} verifies"
+                        if gens else f"no generation tag of run {run} ({gen_tag(run, 1)}...)",
+                        skipped)
+
+
+def _load(repo: Repository, run: str, gen: int | None, rev: str | None, verify: bool,
+          opts: GenerationOptions, progress: Progress | None) -> Snapshot:
+    with repo.tree(run, gen=gen, rev=rev) as (source, where):
+        if progress is not None:
+            source = _Counted(source, progress)
+        try:
+            snap = load_from_source(source, run, verify=verify, options=opts)
+        except FormatError as exc:
+            raise RestoreFailed(where, exc) from None
+        except SnapopsError as exc:   # keys, decryption: typed, one line
+            raise RestoreFailed(where, exc) from None
+    if gen is not None and snap.meta["gen"] != gen:
+        raise RestoreFailed(where, FormatError(
+            "the tag does not name its generation", path=f"refs/tags/{gen_tag(run, gen)}",
+            check="tag", expected=f"generation {gen}", got=f"generation {snap.meta['gen']}"))
+    snap.meta["source"] = where
+    return snap
+
+
+class _Counted:
+    """A source that reports the size of each file the first time it is materialised."""
+
+    def __init__(self, inner, progress: Progress) -> None:
+        self.inner, self.progress, self.label = inner, progress, inner.label
+        self._seen: set[str] = set()
+
+    def entries(self, folder: str):
+        return self.inner.entries(folder)
+
+    def read(self, path: str, limit: int) -> bytes:
+        return self.inner.read(path, limit)
+
+    @contextlib.contextmanager
+    def file(self, path: str) -> Iterator:
+        with self.inner.file(path) as local:
+            if path not in self._seen:
+                self._seen.add(path)
+                self.progress(os.path.getsize(local))
+            yield local
