@@ -121,16 +121,32 @@ def _usage(message: str) -> int:
 def run_ci(args) -> int:
     """Every commit of a range as the hooks check it (whole generations, ledgers, tags)."""
     from snapops.hooks.gitio import Git
-    from snapops.hooks.repo_config import load_repo_config
     from snapops.hooks.runner import run_range
 
     if not (args.ci and args.range) or args.files or args.run:
         return _usage("--ci needs --range BASE..HEAD and no FILE or --run")
     git = Git(args.repo)
-    cfg = load_repo_config(git).overridden(
+    return run_range(git, args.range, sys.stderr, cfg=ci_config(git, args), as_json=args.json)
+
+
+def ci_config(git, args):
+    """The repository's hook settings (git config snapops.*) tightened by the key flags."""
+    from snapops.hooks.repo_config import load_repo_config
+
+    return load_repo_config(git).overridden(
         trusted_keys=args.trusted_key, require_signature=args.require_signature,
         hmac_key=args.hmac_key, require_hmac=args.require_hmac)
-    return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json)
+
+
+def add_key_options(p) -> None:
+    """The key flags of snapops verify (and of snapops review pr, which verifies too)."""
+    p.add_argument("--hmac-key", help="HMAC key file: check every HMAC")
+    p.add_argument("--trusted-key", action="append", default=[],
+                   help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
+    p.add_argument("--require-signature", action="store_true",
+                   help="fail unless signed by a trusted key")
+    p.add_argument("--require-hmac", action="store_true",
+                   help="fail unless authenticated with --hmac-key")
 
 
 def register(sub) -> None:
@@ -151,13 +167,7 @@ def register(sub) -> None:
     p.add_argument("--run", help="verify the generation of this run in REPO")
     p.add_argument("--rev", help="with --run: the generation in this commit (default: the "
                                  "work tree; HEAD in a bare repository)")
-    p.add_argument("--hmac-key", help="HMAC key file: check every HMAC")
-    p.add_argument("--trusted-key", action="append", default=[],
-                   help="trusted Ed25519 public key (PEM file, or a folder of *.pub); repeatable")
-    p.add_argument("--require-signature", action="store_true",
-                   help="fail unless signed by a trusted key")
-    p.add_argument("--require-hmac", action="store_true",
-                   help="fail unless authenticated with --hmac-key")
+    add_key_options(p)
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
