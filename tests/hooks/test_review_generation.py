@@ -258,3 +258,35 @@ def test_bad_statistics_are_one_line_errors(repo, tmp_path):
         assert "Traceback" not in done.stderr
         assert re.search(r"MANIFEST:\d+: \[(stats|grammar)\]", done.stderr), done.stderr
     shutil.rmtree(tmp_path / "ok")
+
+
+def test_ci_review_step_runs_as_written(repo, tmp_path):
+    """The GitHub Actions review step's shell, run here on the real repository; both CI
+    examples post the body whose marker the script writes."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "ci"
+    workflow = yaml.safe_load((root / "github-actions.yml").read_text())
+    step = next(s for s in workflow["jobs"]["review"]["steps"] if s.get("id") == "review")
+    outputs = tmp_path / "github_output"
+    env = repo.env | {"BASE": repo.out("rev-parse", tag(1)), "HEAD": repo.out("rev-parse",
+                      tag(2)), "RUN_URL": "https://ci.example/run/7",
+                      "GITHUB_OUTPUT": str(outputs)}
+    work = tmp_path / "checkout"
+    repo.git("clone", "-q", str(repo.path), str(work))
+    for key in ("snapops.trustedKeys", "snapops.requireSignature"):
+        subprocess.run(["git", "config", key, repo.out("config", key)], cwd=work, env=env,
+                       check=True)
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=work, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert outputs.read_text().split() == ["rc=0", "post=true"]
+    body = (work / "snapops-review" / "comment.md").read_text()
+    assert body.startswith(MARKER) and "(https://ci.example/run/7)" in body
+    assert png_size(work / "snapops-review" / "review.png")[0] > 0
+    post = next(s for s in workflow["jobs"]["review"]["steps"] if "github-script" in
+                s.get("uses", ""))
+    assert f"'{MARKER}'" in post["with"]["script"] and "updateComment" in post["with"]["script"]
+    gitlab = yaml.safe_load((root / "gitlab-ci.yml").read_text())["snapops-review"]
+    script = "\n".join(gitlab["script"])
+    assert "snapops review pr" in script and f'"{MARKER}"' in script
