@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from snapops.cli import main as cli
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.hooks.review import render_generation_markdown, review_git, review_paths
 from snapops.hooks.review._gen_render import summary_table_md, summary_table_text
@@ -25,10 +26,11 @@ from snapops.hooks.review._plot import (
 )
 from snapops.hooks.review.pr import MARKER
 
-from .genrepo import MANIFEST, SNAPOPS, GenRepo, git_env, make_repo, tag
+from .genrepo import MANIFEST, GenRepo, git_env, make_repo, tag
 
 NAN_AT, INF_AT = ("blocks.0.attn.weight", (3, 4)), ("blocks.1.mlp.weight", (40, 2))
 SCALED = "head.weight"
+FLIPPED = "blocks.0.mlp.weight"
 LONG = "model.decoder.layers.11.self_attention.linear_qkv.layer_norm_weight.extra_long_suffix"
 
 
@@ -45,7 +47,8 @@ def gen1() -> dict[str, np.ndarray]:
 
 
 def gen2() -> dict[str, np.ndarray]:
-    """A training-like step everywhere (cosine ~1), plus the three injected faults."""
+    """A training-like step everywhere (cosine ~1), the three injected faults, and one tensor
+    whose sign flipped (its norm did not change)."""
     rng = np.random.default_rng(8)
     out = {}
     for name, a in gen1().items():
@@ -53,6 +56,7 @@ def gen2() -> dict[str, np.ndarray]:
             a = a + np.float32(1e-3) * rng.standard_normal(a.shape).astype(np.float32)
         out[name] = a
     out[SCALED] = gen1()[SCALED] * np.float32(50)
+    out[FLIPPED] = -out[FLIPPED]                   # same norm: only the cosine shows it
     out[NAN_AT[0]][NAN_AT[1]] = np.nan
     out[INF_AT[0]][INF_AT[1]] = np.inf
     out["step"] = np.array(2, np.int64)
@@ -85,6 +89,22 @@ def repo(tmp_path_factory, keydir) -> GenRepo:
     return r
 
 
+class Done:
+    """An in-process ``snapops`` run (a fresh process per call costs seconds on a busy
+    machine; the CI test below runs the real executable)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def snapops_in(where: Path, capsys, monkeypatch, *args: str) -> Done:
+    monkeypatch.chdir(where)
+    capsys.readouterr()
+    code = cli(list(args))
+    captured = capsys.readouterr()
+    return Done(code, captured.out, captured.err)
+
+
 def review(repo: GenRepo, a: int, b: int, **options):
     return review_git(tag(a), tag(b), "run1", repo=repo.path, **options)
 
@@ -93,7 +113,9 @@ def test_injected_faults_are_listed_first_under_anomalies(repo):
     full = review(repo, 1, 2)
     assert full.mode == "weights" and full.notes == []
     got = [(x.kind, x.name) for x in full.anomalies]
-    assert got == [("nan", NAN_AT[0]), ("inf", INF_AT[0]), ("norm", SCALED)], got
+    assert got == [("nan", NAN_AT[0]), ("inf", INF_AT[0]), ("norm", SCALED),
+                   ("cosine", FLIPPED)], got
+    assert full.detail_of(FLIPPED).cosine == pytest.approx(-1.0, abs=1e-5)
     # the numbers, from numpy on what was written
     rows = {r.name: r for r in full.rows}
     a, b = gen1()[SCALED].astype(np.float64), gen2()[SCALED].astype(np.float64)
@@ -108,10 +130,10 @@ def test_injected_faults_are_listed_first_under_anomalies(repo):
     assert head.rel_l2 == pytest.approx(49.0, rel=1e-6) and head.cosine == pytest.approx(1.0)
     assert full.detail_of(INF_AT[0]).shape_a == (64, 16)
     md = render_generation_markdown(full)
-    anomalies = md.index("#### Anomalies (3)")
+    anomalies = md.index("#### Anomalies (4)")
     assert anomalies < md.index("#### Tensors") < md.index("#### Weights")
-    lines = [l for l in md[anomalies:].splitlines() if l.startswith("| ")][1:4]
-    assert [l.split("|")[1].strip() for l in lines] == ["NaN", "Inf", "norm ratio"]
+    lines = [l for l in md[anomalies:].splitlines() if l.startswith("| ")][1:5]
+    assert [l.split("|")[1].strip() for l in lines] == ["NaN", "Inf", "norm ratio", "cosine"]
     assert f"`{LONG}`" in md                      # original dotted names, in full
 
 
@@ -125,8 +147,9 @@ def test_manifest_only_summary_equals_the_full_summary(repo, tmp_path):
     def section(md: str) -> str:
         return md[md.index("#### Tensors"):].split("\n\n<")[0].split("\n\n###")[0]
     assert section(render_generation_markdown(only)) == section(render_generation_markdown(full))
+    # the statistics cannot see a cosine: every other anomaly is the same
     assert [(x.kind, x.name) for x in only.anomalies] == \
-        [(x.kind, x.name) for x in full.anomalies]
+        [(x.kind, x.name) for x in full.anomalies if x.kind != "cosine"]
     # shards absent (two MANIFESTs copied out of the commits): statistics only, by itself
     for gen in (1, 2):
         folder = tmp_path / f"g{gen}" / "snapshots" / "run1"
@@ -136,6 +159,18 @@ def test_manifest_only_summary_equals_the_full_summary(repo, tmp_path):
     auto = review_paths(tmp_path / "g1/snapshots/run1", tmp_path / "g2/snapshots/run1")
     assert auto.mode == "manifest" and "is not in the tree" in auto.notes[0]
     assert summary_table_md(auto) == summary_table_md(full)
+    # a shard that is an LFS pointer in the work tree: statistics only, by itself
+    lfs = tmp_path / "lfs"
+    repo.git("worktree", "add", "-q", "--detach", str(lfs), tag(2))
+    shard = sorted((lfs / "snapshots/run1/shards").iterdir())[0]
+    shard.write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{'0' * 64}\n"
+                     "size 4096\n")
+    pointer = review_git(tag(1), "HEAD", "run1", repo=repo.path)
+    assert pointer.mode == "weights"                   # the commit has the real shards
+    auto = review_paths(repo.path / "snapshots/run1", lfs / "snapshots/run1")
+    assert auto.mode == "manifest" and "an LFS pointer?" in auto.notes[0], auto.notes
+    assert summary_table_md(auto) == summary_table_md(review(repo, 3, 2))
+    repo.git("worktree", "remove", "--force", str(lfs))
 
 
 def test_added_removed_and_dtype_change_are_listed(repo):
@@ -150,16 +185,16 @@ def test_added_removed_and_dtype_change_are_listed(repo):
     assert "| f32 &rarr; f16 |" in text and "| dtype f32 &rarr; f16 |" in text
 
 
-def test_cli_diff_of_a_generation_and_of_two_tags(repo, tmp_path):
-    out = repo.snapops("diff", "--git", tag(1), tag(2), "snapshots/run1", "--format", "json",
+def test_cli_diff_of_a_generation_and_of_two_tags(repo, tmp_path, capsys, monkeypatch):
+    out = snapops_in(repo.path, capsys, monkeypatch, "diff", "--git", tag(1), tag(2), "snapshots/run1", "--format", "json",
                        "--plot", str(tmp_path / "r.png"))
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert [x["kind"] for x in report["anomalies"]] == ["nan", "inf", "norm"]
+    assert [x["kind"] for x in report["anomalies"]] == ["nan", "inf", "norm", "cosine"]
     assert report["mode"] == "weights" and report["gen_a"] == 1 and report["gen_b"] == 2
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    tags = repo.snapops("diff", tag(1), tag(2), "--manifest-only")
+    tags = snapops_in(repo.path, capsys, monkeypatch, "diff", tag(1), tag(2), "--manifest-only")
     assert tags.returncode == 0, tags.stderr
     lines = tags.stdout.splitlines()
     assert lines[lines.index("anomalies (3):") + 1].startswith(f"  ! NaN        {NAN_AT[0]}")
@@ -172,25 +207,30 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_pr_comment_script_on_the_real_repository(repo, tmp_path):
+def test_pr_comment_script_on_the_real_repository(repo, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    done = repo.snapops("review", "pr", "--base", tag(1), "--head", tag(2), "--out", str(out),
+    done = snapops_in(repo.path, capsys, monkeypatch, "review", "pr", "--base", tag(1), "--head", tag(2), "--out", str(out),
                         "--details-url", "https://ci.example/run/1")
     assert done.returncode == 0, done.stderr
     body = (out / "comment.md").read_text()
     assert body.startswith(MARKER + "\n")
     assert "**Verification passed**" in body and "1 generation/ledger check(s) passed" in body \
         or "generation/ledger check(s) passed" in body
-    anomalies = body.index("Anomalies (3)")
+    anomalies = body.index("Anomalies (4)")
     for name in (NAN_AT[0], INF_AT[0], SCALED):
         assert body.index(f"`{name}`", anomalies) < body.index("Tensors, by relative", anomalies)
     assert "(https://ci.example/run/1)" in body
     width, height = png_size(out / "review.png")
     assert width >= 800 and height >= 200 and (out / "review.png").stat().st_size > 5000
     assert sorted(p.name for p in out.iterdir()) == ["comment.md", "review.png"]
+    same = snapops_in(repo.path, capsys, monkeypatch, "review", "pr", "--base", tag(2), "--head", tag(2), "--out",
+                        str(tmp_path / "same"))
+    assert same.returncode == 0, same.stderr
+    assert "No generation changed" in (tmp_path / "same" / "comment.md").read_text()
+    assert not (tmp_path / "same" / "review.png").exists()
 
 
-def test_pr_comment_script_fails_closed_and_says_why(repo, tmp_path):
+def test_pr_comment_script_fails_closed_and_says_why(repo, tmp_path, capsys, monkeypatch):
     work = tmp_path / "clone"
     repo.git("clone", "-q", str(repo.path), str(work))
     clone = GenRepo(work, repo.env, repo.keys)
@@ -202,12 +242,14 @@ def test_pr_comment_script_fails_closed_and_says_why(repo, tmp_path):
     shard.write_bytes(bytes(data))
     clone.commit("tampered shard")
     out = tmp_path / "out"
-    done = clone.snapops("review", "pr", "--base", tag(3), "--head", "HEAD", "--out", str(out))
+    done = snapops_in(work, capsys, monkeypatch, "review", "pr", "--base", tag(3), "--head",
+                      "HEAD", "--out", str(out))
     assert done.returncode == 1
     body = (out / "comment.md").read_text()
     assert body.startswith(MARKER) and "**Verification FAILED**" in body
     assert re.search(r"\[digest\]|\[size\]", body), body
-    bad = clone.snapops("review", "pr", "--base", "nonexistent", "--out", str(tmp_path / "o2"))
+    bad = snapops_in(work, capsys, monkeypatch, "review", "pr", "--base", "nonexistent",
+                     "--out", str(tmp_path / "o2"))
     assert bad.returncode == 1 and "is not a commit here" in \
         (tmp_path / "o2" / "comment.md").read_text()
 
@@ -234,7 +276,7 @@ def test_colour_scale_is_fixed_and_non_finite_has_its_own_colour(repo):
     assert max(len(line) for line in wrap_name(LONG, 30).split("\n")) <= 30
 
 
-def test_bad_statistics_are_one_line_errors(repo, tmp_path):
+def test_bad_statistics_are_one_line_errors(repo, tmp_path, capsys, monkeypatch):
     text = repo.git("show", f"{tag(1)}:{MANIFEST}", input=b"").stdout.decode()
     folders = []
     for label, edit in (("negative", lambda t: re.sub(r"norm=[0-9.e+-]+", "norm=-1", t,
@@ -251,8 +293,8 @@ def test_bad_statistics_are_one_line_errors(repo, tmp_path):
     (ok / "MANIFEST").write_text(text)
     parse_manifest(text.encode())
     for folder in folders:
-        done = subprocess.run([SNAPOPS, "diff", str(ok / "MANIFEST"), str(folder / "MANIFEST")],
-                              capture_output=True, text=True, env=repo.env)
+        done = snapops_in(tmp_path, capsys, monkeypatch, "diff", str(ok / "MANIFEST"),
+                          str(folder / "MANIFEST"))
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
