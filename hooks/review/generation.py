@@ -32,13 +32,16 @@ from snapops.formats.errors import ConfigError, FormatError, SnapopsError
 from snapops.formats.generation.manifest import (
     MAX_BYTES, ArrayRecord, Manifest, parse_manifest, valid_run,
 )
-from snapops.formats.generation.source import FILE, FolderSource, GitTreeSource, Source
+from snapops.formats.generation.source import (
+    DEFAULT_MAX_BLOB, FILE, FolderSource, GitTreeSource, Source,
+)
 from snapops.formats.generation.verify import AGE_SUFFIX, manifest_path, read_manifest, run_folder
 
 from ._compare import ArrayDiff, DiffReport, diff_snapshots
 
 DEFAULT_RATIO = 10.0         # norm ratio beyond 10x or below 1/10x is an anomaly
 DEFAULT_COSINE = 0.9         # cosine(A, B) below this is an anomaly (weights read)
+MAX_WEIGHT_BYTES = 16 << 30   # both generations' arrays, held at once for the block detail
 ANOMALY_ORDER = ("nan", "inf", "norm", "cosine", "dtype", "shape", "added", "removed")
 
 
@@ -174,9 +177,11 @@ def _why_absent(manifest: Manifest, entries: dict, run: str) -> str | None:
 
 @contextlib.contextmanager
 def open_git_side(git, rev: str, run: str, scratch: str | os.PathLike | None = None,
-                  label: str | None = None) -> Iterator[Side]:
+                  label: str | None = None, max_blob: int = DEFAULT_MAX_BLOB
+                  ) -> Iterator[Side]:
     """The generation of ``run`` at revision ``rev`` of the repository ``git`` runs in; shard
-    blobs are copied into a private scratch folder only if the weights are read."""
+    blobs (at most ``max_blob`` bytes each) are copied into a private scratch folder only if
+    the weights are read."""
     if not valid_run(run):
         raise ConfigError(f"{run!r} is not a run name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
     commit = git.resolve(f"{rev}^{{commit}}") if not rev.startswith("-") else None
@@ -185,7 +190,7 @@ def open_git_side(git, rev: str, run: str, scratch: str | os.PathLike | None = N
     with contextlib.ExitStack() as stack:
         if scratch is None:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="snapops-review-"))
-        source = GitTreeSource(git, commit, scratch)
+        source = GitTreeSource(git, commit, scratch, max_blob=max_blob)
         yield _side(source, run, label or f"{rev} ({commit[:12]})")
 
 
@@ -271,8 +276,11 @@ def _bad_stats(record: ArrayRecord) -> tuple[str, str] | None:
 # --- the review ---------------------------------------------------------------------------------
 
 def review_generations(a: Side, b: Side, *, thresholds: Thresholds = Thresholds(),
-                       manifest_only: bool = False, threads: int = 2) -> GenerationReview:
-    """Compare the generations ``a`` and ``b`` (see module docstring)."""
+                       manifest_only: bool | str = False, threads: int = 2,
+                       max_weight_bytes: int = MAX_WEIGHT_BYTES) -> GenerationReview:
+    """Compare the generations ``a`` and ``b`` (see module docstring). ``manifest_only``:
+    True, or the reason to read no weights (said in the report's notes); weights larger
+    than ``max_weight_bytes`` together (both generations are held at once) are not read."""
     if a.manifest is None and b.manifest is None:
         raise ConfigError(f"run {b.run}: no generation at {a.label} nor at {b.label}")
     rows = summary_rows(a.manifest, b.manifest)
@@ -281,7 +289,7 @@ def review_generations(a: Side, b: Side, *, thresholds: Thresholds = Thresholds(
                               thresholds)
     if a.run != b.run:
         review.notes.append(f"comparing different runs: {a.run} and {b.run}")
-    why = _why_no_weights(a, b, manifest_only)
+    why = _why_no_weights(a, b, manifest_only, max_weight_bytes)
     if why is None:
         try:
             review.detail = weight_detail(a, b, threads)
@@ -298,13 +306,30 @@ def _gen(manifest: Manifest | None) -> int | None:
     return None if manifest is None else manifest.header.gen
 
 
-def _why_no_weights(a: Side, b: Side, manifest_only: bool) -> str | None:
+def _why_no_weights(a: Side, b: Side, manifest_only: bool | str, limit: int) -> str | None:
     if manifest_only:
-        return "asked for (--manifest-only)"
+        return manifest_only if isinstance(manifest_only, str) else "asked for (--manifest-only)"
     for side in (a, b):
         if side.manifest is not None and side.missing is not None:
             return f"{side.label}: {side.missing}"
+    total = sum(_raw_bytes(s.manifest) for s in (a, b))
+    if total > limit:
+        return (f"the two generations hold {total} bytes of weights, more than the "
+                f"{limit} a review holds in memory")
     return None
+
+
+def _raw_bytes(manifest: Manifest | None) -> int:
+    """The arrays' bytes as the MANIFEST declares them (unknown dtypes counted as 16 bytes)."""
+    from snapops.formats.dtypes import numpy_dtype
+
+    if manifest is None:
+        return 0
+    total = 0
+    for record in manifest.arrays:
+        dtype = numpy_dtype(record.dtype)
+        total += math.prod(record.shape) * (dtype.itemsize if dtype is not None else 16)
+    return total
 
 
 def summary_rows(a: Manifest | None, b: Manifest | None) -> list[TensorRow]:

@@ -83,7 +83,7 @@ def verify_range(git, base: str, head: str, cfg) -> tuple[bool, list[str]]:
 
 
 def review_pull_request(repo: str | os.PathLike, base: str, head: str, out: str | os.PathLike,
-                        *, cfg, thresholds=None, manifest_only: bool = False,
+                        *, cfg, thresholds=None, manifest_only: bool | str = False,
                         image_url: str | None = None, details_url: str | None = None,
                         threads: int = 2) -> PrResult:
     """Verify and review ``base..head`` of ``repo``; write ``out/comment.md`` and
@@ -111,11 +111,15 @@ def review_pull_request(repo: str | os.PathLike, base: str, head: str, out: str 
         result.problems.append("verification failed")
     merge_base = git.text("merge-base", base_c, head_c, check=False) or base_c
     reviews = []
+    if not result.verified:   # fail closed: weights that did not verify are not read
+        manifest_only = "verification failed: the weights are not read"
     result.runs = changed_runs(git, merge_base, head_c)
     for run in result.runs:
         try:
-            with open_git_side(git, merge_base, run, label=f"base {merge_base[:12]}") as a, \
-                    open_git_side(git, head_c, run, label=f"head {head_c[:12]}") as b:
+            with open_git_side(git, merge_base, run, label=f"base {merge_base[:12]}",
+                               max_blob=cfg.max_blob_size) as a, \
+                    open_git_side(git, head_c, run, label=f"head {head_c[:12]}",
+                                  max_blob=cfg.max_blob_size) as b:
                 reviews.append(review_generations(a, b, thresholds=thresholds or Thresholds(),
                                                   manifest_only=manifest_only, threads=threads))
         except SnapopsError as exc:

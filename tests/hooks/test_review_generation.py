@@ -141,6 +141,9 @@ def test_manifest_only_summary_equals_the_full_summary(repo, tmp_path):
     full = review(repo, 1, 2)
     only = review(repo, 1, 2, manifest_only=True)
     assert only.mode == "manifest" and only.detail is None
+    bounded = review(repo, 1, 2, max_weight_bytes=1000)     # held in memory: bounded
+    assert bounded.mode == "manifest" and "more than the 1000" in bounded.notes[0]
+    assert summary_table_md(bounded) == summary_table_md(full)
     assert summary_table_md(only) == summary_table_md(full)
     assert summary_table_text(only) == summary_table_text(full)
 
@@ -248,6 +251,7 @@ def test_pr_comment_script_fails_closed_and_says_why(repo, tmp_path, capsys, mon
     body = (out / "comment.md").read_text()
     assert body.startswith(MARKER) and "**Verification FAILED**" in body
     assert re.search(r"\[digest\]|\[size\]", body), body
+    assert "verification failed: the weights are not read" in body   # fail closed
     bad = snapops_in(work, capsys, monkeypatch, "review", "pr", "--base", "nonexistent",
                      "--out", str(tmp_path / "o2"))
     assert bad.returncode == 1 and "is not a commit here" in \
