@@ -5,6 +5,8 @@ Example::
     report = diff_paths("gen1.wtxt", "gen2.wtxt")
     print(render_markdown(report))          # a pull-request comment
     plot_report(report, "diff.png")         # heatmap of changed row-blocks per array
+    review = review_git("main", "HEAD", "run1")   # one review per generation (generation.py)
+    print(render_generation_markdown(review))     # anomalies first; pr.py: the PR comment
 
 For two WTXT files with the same chunk layout, unchanged chunks are recognised from the
 SHA-256 on their ch lines; only the chunks needed for the numbers are decoded. Review does not

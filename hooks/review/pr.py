@@ -153,11 +153,12 @@ def comment_body(result: PrResult, verify_lines: list[str], reviews, image_url: 
         head.append("**Verification passed**: every commit's generations are sealed, signed "
                     "and chained as required (`snapops verify --ci --range`).")
     else:
-        head.append("**Verification FAILED**: " + md_cell("; ".join(result.problems)
-                                                          or "see below") + ".")
+        head.append("**Verification FAILED**: do not merge these generations as they are; "
+                    + ("the verifier's output (`snapops verify --ci --range`) is below."
+                       if verify_lines else "the range could not be verified:"))
     for problem in result.problems:
         if problem != "verification failed":
-            head.append(f"- {md_cell(problem)}")
+            head += ["", f"- {md_cell(problem)}"]
     if verify_lines:
         head += ["", *_fenced(verify_lines[-VERIFY_LINES:])]
     head.append("")
@@ -174,7 +175,7 @@ def comment_body(result: PrResult, verify_lines: list[str], reviews, image_url: 
         head += ["No generation changed in this range.", ""]
     if details_url and image_url:
         head += [f"[CI run]({_url(details_url)})", ""]
-    text = "\n".join(head)
+    text = "\n".join(head) + "\n"
     budget = (MD_LIMIT - len(text)) // max(len(reviews), 1)
     for review in reviews:
         text += "\n" + render_generation_markdown(review, heading="###", limit=budget)

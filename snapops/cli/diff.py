@@ -63,15 +63,12 @@ def generation_target(args):
     """What to review as generations: ("git", rev1, rev2, run), ("paths", a, b), or None
     for a file diff."""
     from snapops.hooks.review import generation_run
-    from snapops.hooks.review.generation import locate
 
     if args.git:
         run = generation_run(args.git[2])
         return None if run is None else ("git", args.git[0], args.git[1], run)
     a, b = args.files
-    if all(os.path.isdir(p) or os.path.basename(p) == "MANIFEST" for p in (a, b)) and \
-            any(os.path.isdir(p) or locate(p) for p in (a, b)) or \
-            all(os.path.basename(p) == "MANIFEST" for p in (a, b)):
+    if all(os.path.isdir(p) or os.path.basename(p) == "MANIFEST" for p in (a, b)):
         return ("paths", a, b)
     tags = [GEN_TAG.fullmatch(p) for p in (a, b)]
     if all(tags) and not any(os.path.exists(p) for p in (a, b)):
