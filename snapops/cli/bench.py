@@ -88,7 +88,10 @@ SUITES = [
                                            "MANIFESTs alone"}),
            (("--tensors",), {"type": int, "default": 1000,
                              "help": "tensors per generation with --manifest-only "
-                                     "(default 1000)"}))),
+                                     "(default 1000)"}),
+           (("--rounds",), {"type": int, "default": 5,
+                            "help": "with --manifest-only: timed rounds, best kept "
+                                    "(default 5)"}))),
 ]
 
 

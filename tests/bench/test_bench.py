@@ -72,11 +72,23 @@ def test_seal_suite_reports_delta_armor_and_signatures(tmp_path, capsys):
 
 def test_review_suite_times_the_hook_and_the_diff(tmp_path, capsys):
     r = _bench(capsys, "review", "--size", "1MiB", "--workdir", str(tmp_path))
-    pre, diff = r["pre_commit"], r["diff"]
-    assert pre["precommit_s"] > 0 and pre["verify_file_s"] > 0 and pre["file_bytes"] > 0
+    gens, diff = r["generations"], r["diff"]
+    for fmt in ("wtxt", "aero"):
+        g = gens[fmt]
+        assert g["pre_commit_s"] > 0 and g["pre_receive_s"] > 0 and g["verify_mb_s"] > 0
+        assert g["files_bytes"] > 0 and g["raw_bytes"] >= 1 << 19
     assert set(diff["scenarios"]) == {"sparse", "dense", "dense_npz"}
     sparse, dense = diff["scenarios"]["sparse"], diff["scenarios"]["dense"]
     assert 0 < sparse["blocks_changed"] < dense["blocks_changed"] <= dense["blocks"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_review_suite_from_manifests_alone(tmp_path, capsys):
+    r = _bench(capsys, "review", "--manifest-only", "--tensors", "40", "--rounds", "1",
+               "--workdir", str(tmp_path))["manifest"]
+    assert r["tensors"] == 40 and r["anomalies"] == 1        # one tensor of 97 scaled x50
+    assert 0 < r["parse_seconds"] and 0 < r["review_seconds"] < r["png_seconds"]
+    assert r["cli_seconds"] > 0 and r["startup_seconds"] > 0
     assert list(tmp_path.iterdir()) == []
 
 
