@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapops.formats.atomic import atomic_write_bytes
-from snapops.formats.errors import SnapopsError
+from snapops.formats.errors import ConfigError, SnapopsError
 
 from ._gen_render import headline, render_generation_markdown
 from ._render import MD_LIMIT, md_cell, md_code
@@ -95,7 +95,10 @@ def review_pull_request(repo: str | os.PathLike, base: str, head: str, out: str 
 
     git = Git(repo)
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot create the output folder: {exc.strerror}") from None
     result = PrResult(False, folder / "comment.md", None)
     commits = [git.resolve(f"{rev}^{{commit}}") if not rev.startswith("-") else None
                for rev in (base, head)]
