@@ -44,6 +44,7 @@ STORE = r"git|lfs"
 TS = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 PATH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
 NAME_SAFE = re.compile(r"[A-Za-z0-9_.:/-]")
+_ALL_SAFE = re.compile(r"[A-Za-z0-9_.:/-]*")
 NAME_RE = re.compile(r"(?:[A-Za-z0-9_.:/-]|%[0-9A-F]{2}){1,4096}")
 FILE_ROLES = ("wsum", "delta")
 ENCODINGS = ("key", "res")
@@ -75,6 +76,8 @@ def quote_name(name: str) -> str:
     >>> quote_name("blocks.0.attn w")
     'blocks.0.attn%20w'
     """
+    if _ALL_SAFE.fullmatch(name):
+        return name              # the usual case (torch names): no character to encode
     out = []
     for ch in name:
         if NAME_SAFE.fullmatch(ch):
@@ -85,6 +88,8 @@ def quote_name(name: str) -> str:
 
 
 def unquote_name(text: str) -> str:
+    if "%" not in text:
+        return text
     raw = bytearray()
     i = 0
     while i < len(text):

@@ -364,6 +364,9 @@ def finish(job: _Job) -> ArrayDiff:
             rel = np.sqrt(s["ss_d"]) / np.sqrt(s["ss_a"])
         rel[~changed] = 0.0
         rel[changed & (s["ss_a"] == 0)] = np.inf
+        # NaN marks a block whose sums are not finite (NaN or Inf values in A or B), so the
+        # heatmap draws it as non-finite rather than as the largest real change
+        rel[changed & ~(np.isfinite(s["ss_a"]) & np.isfinite(s["ss_d"]))] = np.nan
         diff.block_rel = rel
     else:
         diff.block_rel = changed.astype(np.float64)

@@ -193,10 +193,11 @@ def _array_key(item: ArrayDiff):
     return (-rel, item.name)
 
 
-def _assemble(first: list[str], sections: list[list[str]], tail: list[str]) -> str:
-    """Join what fits below MD_LIMIT: whole sections only, in order; the main table is cut
+def _assemble(first: list[str], sections: list[list[str]], tail: list[str],
+              limit: int = MD_LIMIT) -> str:
+    """Join what fits below ``limit``: whole sections only, in order; the main table is cut
     row by row if even it is too long."""
-    budget = MD_LIMIT - len("\n".join(tail)) - 200
+    budget = limit - len("\n".join(tail)) - 200
     out = "\n".join(first)
     if len(out) > budget:
         out = out[:out.rfind("\n|", 0, budget)]

@@ -220,6 +220,17 @@ def _open_npz(path: str, rows_per_block: int | None, limits: DeclaredLimits
     return source
 
 
+def arrays_source(format: str, arrays: dict[str, np.ndarray], meta: dict[str, str] | None = None,
+                  *, rows_per_block: int | None = None) -> SnapshotSource:
+    """Arrays already in memory (or mapped), e.g. a generation reassembled from its shards,
+    as a SnapshotSource for :func:`~snapops.hooks.review._compare.diff_snapshots`."""
+    source = SnapshotSource(format, dict(meta or {}), [])
+    for name, array in arrays.items():
+        source.arrays[name] = _ndarray_source(name, array.dtype, array.shape, arrays.__getitem__,
+                                              rows_per_block)
+    return source
+
+
 def _ndarray_source(name: str, dtype, shape, getter, rows_per_block) -> ArraySource:
     cache: dict[str, np.ndarray] = {}
     lock = threading.Lock()          # tasks of one array run in parallel: load it once

@@ -7,6 +7,9 @@ ch-line SHA-256) and ``dense`` (every value changed), and the dense pair as ``.n
 raw array bytes of one state over the wall time of the whole diff (open, index, compare); peak
 memory is anonymous (what the diff allocates) and RSS (which also counts the page cache of the
 mapped files).
+
+``--manifest-only``: the generation review from two MANIFESTs alone (:func:`bench_manifest_review`),
+what a CI job on a clone without the weights does, for ``--tensors`` tensors.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ PRECOMMIT_TARGET_S = 2.0
 WTXT_PER_RAW = 1.39  # WTXT bytes per raw f32 byte (base64 4/3, line parity, chunk lines)
 
 
-def run_review(size: int, workdir: str | None = None, threads: int = 2) -> dict:
+def run_review(size: int, workdir: str | None = None, threads: int = 2,
+               manifest_only: bool = False, tensors: int = 1000, rounds: int = 5) -> dict:
     from .generations import run_generations
 
+    if manifest_only:
+        return {"machine": machine(),
+                "manifest": bench_manifest_review(tensors, workdir, rounds=rounds)}
     return {"machine": machine(), "generations": run_generations(size, workdir),
             "diff": bench_diff(size, workdir, threads=threads)}
 
@@ -38,8 +45,97 @@ def run_review(size: int, workdir: str | None = None, threads: int = 2) -> dict:
 def render_review(r: dict) -> str:
     from .generations import render_generations
 
-    return "\n".join([render_generations(r["generations"]), render_diff(r["diff"]),
-                      f"(load average {r['machine']['loadavg_1min']} at the start)"])
+    load = f"(load average {r['machine']['loadavg_1min']} at the start)"
+    if "manifest" in r:
+        return "\n".join([render_manifest_review(r["manifest"]), load])
+    return "\n".join([render_generations(r["generations"]), render_diff(r["diff"]), load])
+
+
+MANIFEST_REVIEW_TARGET_S = 1.0
+
+
+def bench_manifest_review(tensors: int, workdir: str | os.PathLike | None = None, *,
+                          rounds: int = 5) -> dict:
+    """Two generations of ``tensors`` small tensors written by the generation writer (AERO,
+    statistics in the MANIFEST), one step apart with a few tensors scaled; then, best of
+    ``rounds``: parsing one MANIFEST (the reference), the review of the two from their
+    MANIFESTs (read, compare, Markdown and JSON rendered), the heatmap PNG, and ``snapops diff
+    A B --manifest-only --format md`` as a fresh process next to ``snapops --version``."""
+    import subprocess
+    import sys
+
+    from snapops.formats.generation.manifest import parse_manifest
+    from snapops.formats.generation.write import GenerationSpec, write_generation
+    from snapops.hooks.review import (
+        plot_generation, render_generation_json, render_generation_markdown, review_paths,
+    )
+
+    from ._measure import best, run_rounds
+
+    rng = np.random.default_rng(0)
+    state = {f"layers.{i // 4}.{('attn', 'mlp', 'norm', 'bias')[i % 4]}.weight":
+             rng.standard_normal((16, 16)).astype(np.float32) for i in range(tensors)}
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="snapops-review-bench-") as tmp:
+        roots = [Path(tmp) / "a", Path(tmp) / "b"]
+        spec = GenerationSpec(run="bench", format="aero")
+        first = write_generation(roots[0], spec, 1, TS, state)
+        step = {n: a + np.float32(1e-3) for n, a in state.items()}
+        for name in list(step)[::97]:
+            step[name] = step[name] * np.float32(50)
+        write_generation(roots[1], spec, 2, TS, step, first.data)
+        folders = [os.fspath(r / "snapshots" / "bench") for r in roots]
+        data = (Path(folders[1]) / "MANIFEST").read_bytes()
+
+        def review_once():
+            review = review_paths(*folders, manifest_only=True)
+            render_generation_markdown(review)
+            render_generation_json(review)
+            return review
+
+        png = Path(tmp) / "review.png"
+        runs = run_rounds({"parse": lambda: parse_manifest(data),
+                           "review": review_once,
+                           "png": lambda: plot_generation([review_once()], png)},
+                          rounds, memory=False)
+        exe = [sys.executable, "-m", "snapops"]
+        cli = _best_seconds(exe + ["diff", *folders, "--manifest-only", "--format", "md"],
+                            rounds, subprocess)
+        startup = _best_seconds(exe + ["--version"], rounds, subprocess)
+        review = review_once()
+    out = {"tensors": tensors, "manifest_bytes": len(data), "rounds": rounds,
+           "anomalies": len(review.anomalies),
+           "target_seconds": MANIFEST_REVIEW_TARGET_S, "cli_seconds": cli,
+           "startup_seconds": startup}
+    for name, kept in runs.items():
+        out[f"{name}_seconds"] = best(kept).seconds
+    out["meets_target"] = out["review_seconds"] < MANIFEST_REVIEW_TARGET_S
+    return out
+
+
+def _best_seconds(cmd: list[str], rounds: int, subprocess) -> float:
+    import time
+
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        seconds.append(time.perf_counter() - start)
+    return min(seconds)
+
+
+def render_manifest_review(r: dict) -> str:
+    parse = r["parse_seconds"]
+    return "\n".join([
+        f"generation review from two MANIFESTs alone: {r['tensors']} tensors "
+        f"(MANIFEST {fmt_bytes(r['manifest_bytes'])}), {r['anomalies']} anomalies, best of "
+        f"{r['rounds']}",
+        f"  parse one MANIFEST (reference)  : {parse * 1e3:8.1f} ms",
+        f"  review (read 2, compare, md+json): {r['review_seconds'] * 1e3:8.1f} ms "
+        f"= {r['review_seconds'] / parse:.1f}x the parse  (target < "
+        f"{r['target_seconds']:g} s: {'met' if r['meets_target'] else 'MISSED'})",
+        f"  heatmap PNG (incl. the review)   : {r['png_seconds'] * 1e3:8.1f} ms",
+        f"  snapops diff --manifest-only, as a process: {r['cli_seconds'] * 1e3:8.1f} ms "
+        f"(snapops --version: {r['startup_seconds'] * 1e3:.1f} ms)"])
 
 
 def changed_state(state: dict[str, np.ndarray], fraction: float, seed: int = 1

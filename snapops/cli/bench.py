@@ -77,10 +77,21 @@ SUITES = [
     Suite("review", "pre-commit hook and snapops diff throughput",
           "Time `snapops hook pre-commit` on a staged, signed and HMAC'd WTXT of --size (work "
           "tree and blob paths, next to `snapops verify` and CLI start-up), and `snapops diff` "
-          "of two states of --size (1% of rows changed, every value changed, two .npz).",
-          "snapops bench review --size 256MiB", "256MiB",
+          "of two states of --size (1% of rows changed, every value changed, two .npz). "
+          "With --manifest-only: the generation review of two MANIFESTs of --tensors tensors "
+          "(no weights read) next to parsing one MANIFEST, the PNG, and the CLI process.",
+          "snapops bench review --manifest-only --tensors 1000", "256MiB",
           ((("--threads",), {"type": int, "default": 2,
-                             "help": "diff worker threads (default 2)"}),)),
+                             "help": "diff worker threads (default 2)"}),
+           (("--manifest-only",), {"action": "store_true",
+                                   "help": "time the review of two generations from their "
+                                           "MANIFESTs alone"}),
+           (("--tensors",), {"type": int, "default": 1000,
+                             "help": "tensors per generation with --manifest-only "
+                                     "(default 1000)"}),
+           (("--rounds",), {"type": int, "default": 5,
+                            "help": "with --manifest-only: timed rounds, best kept "
+                                    "(default 5)"}))),
     Suite("restore", "restore of a sealed generation from a local remote",
           "One signed, HMAC'd generation of --size raw bytes in a bare remote, restored with "
           "snapops.load_generation (verified: seal, file set, every shard's SHA-256, ledger; "

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
+from snapops.formats.errors import ConfigError
+
 from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command
-from .review import add_limit_options, limits_from
+from .review import add_generation_options, add_limit_options, limits_from, thresholds_from
 
 
 def run(args) -> int:
@@ -16,26 +20,81 @@ def run(args) -> int:
     if (args.git is None) == (len(args.files) != 2) or (args.git and args.files):
         print("snapops diff: give two files A B, or --git REV1 REV2 PATH", file=sys.stderr)
         return EXIT_INPUT
+    target = generation_target(args)
+    if target is not None:
+        return run_generation(args, target)
+    if args.manifest_only:
+        print("snapops diff: --manifest-only compares generations (snapshots/<run>, two "
+              "MANIFESTs, or two <run>/gen-N tags)", file=sys.stderr)
+        return EXIT_INPUT
     with _progress() as progress:
         options = dict(threads=args.threads, rows_per_block=args.rows_per_block,
                        progress=progress, limits=limits_from(args))
         report = diff_git(*args.git, **options) if args.git else diff_paths(*args.files,
                                                                            **options)
+    return _emit(args, report, (render_text, render_markdown, render_json),
+                 lambda path: f"{plot_report(report, path, title=args.title)['arrays']} arrays",
+                 report.changed)
+
+
+def _emit(args, report, renderers, plot, changed: bool) -> int:
+    """Write the report as --format says (text, md, json renderers), draw --plot, and return
+    the exit status (--exit-code: 1 when something changed)."""
+    render_text, render_md, render_json = renderers
     if args.format == "md":
-        text = render_markdown(report, title=args.title)
-    elif args.format == "json":
-        text = render_json(report)
+        text = render_md(report, title=args.title)
     else:
-        text = render_text(report)
+        text = (render_json if args.format == "json" else render_text)(report)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
+        from snapops.formats.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     if args.plot:
-        info = plot_report(report, args.plot, title=args.title)
-        print(f"snapops diff: wrote {info['path']} ({info['arrays']} arrays)", file=sys.stderr)
-    return EXIT_VERIFY_FAILED if args.exit_code and report.changed else 0
+        print(f"snapops diff: wrote {args.plot} ({plot(args.plot)})", file=sys.stderr)
+    return EXIT_VERIFY_FAILED if args.exit_code and changed else 0
+
+
+GEN_TAG = re.compile(r"(?P<run>[A-Za-z0-9][A-Za-z0-9_.-]{0,127})/gen-[0-9]{6,18}")
+
+
+def generation_target(args):
+    """What to review as generations: ("git", rev1, rev2, run), ("paths", a, b), or None
+    for a file diff."""
+    from snapops.hooks.review import generation_run
+
+    if args.git:
+        run = generation_run(args.git[2])
+        return None if run is None else ("git", args.git[0], args.git[1], run)
+    a, b = args.files
+    if all(os.path.isdir(p) or os.path.basename(p) == "MANIFEST" for p in (a, b)):
+        return ("paths", a, b)
+    tags = [GEN_TAG.fullmatch(p) for p in (a, b)]
+    if all(tags) and not any(os.path.exists(p) for p in (a, b)):
+        runs = {m["run"] for m in tags}
+        if len(runs) != 1:
+            raise ConfigError(f"{a} and {b} are generations of different runs")
+        return ("git", a, b, runs.pop())
+    return None
+
+
+def run_generation(args, target) -> int:
+    from snapops.hooks.review import (
+        plot_generation, render_generation_json, render_generation_markdown,
+        render_generation_text, review_git, review_paths,
+    )
+    options = dict(thresholds=thresholds_from(args),
+                   manifest_only=args.manifest_only, threads=args.threads)
+    if target[0] == "git":
+        review = review_git(*target[1:], **options)
+    else:
+        review = review_paths(*target[1:], **options)
+    return _emit(args, review,
+                 (render_generation_text, render_generation_markdown, render_generation_json),
+                 lambda path: f"{plot_generation([review], path, title=args.title)['rows']} "
+                              "tensors",
+                 any(row.status != "unchanged" for row in review.rows))
 
 
 class _progress:
@@ -63,9 +122,14 @@ def register(sub) -> None:
                     "revisions): added/removed arrays, dtype and shape changes, changed "
                     "row-blocks, max |delta|, relative L2 change ||B-A||/||A|| and cosine "
                     "similarity per array. WTXT chunks with equal SHA-256 are not decoded. "
-                    "Does not verify the files (use snapops verify).",
-        example="snapops diff --git main HEAD snapshots/run1/shard-0000.wtxt --format md "
-                "--plot diff.png", func=run)
+                    "Generations (--git REV1 REV2 snapshots/<run>, two <run>/gen-N tags, two "
+                    "snapshots/<run> folders or two MANIFESTs): one report for the whole "
+                    "generation, original names, Anomalies first (NaN/Inf counts, norm ratio, "
+                    "cosine, dtype/shape changes, added/removed), tensors by relative norm "
+                    "change from the MANIFESTs' statistics, and block-level detail when the "
+                    "shards are present. Does not verify (use snapops verify).",
+        example="snapops diff --git main HEAD snapshots/run1 --format md --plot review.png",
+        func=run)
     p.add_argument("files", nargs="*", metavar="A B", help="the two snapshot files")
     p.add_argument("--git", nargs=3, metavar=("REV1", "REV2", "PATH"),
                    help="compare PATH (relative to the current folder) at two revisions")
@@ -79,4 +143,5 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when the snapshots differ (like git diff --exit-code)")
+    add_generation_options(p)
     add_limit_options(p)

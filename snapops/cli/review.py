@@ -1,10 +1,11 @@
-"""snapops review setup: configure git's diff drivers for snapshot review."""
+"""snapops review setup (git's diff drivers for snapshot review) and snapops review pr (the
+pull-request comment: verification, one review per changed generation, the heatmap)."""
 
 from __future__ import annotations
 
 import sys
 
-from ._common import add_command, add_group, parse_size
+from ._common import add_command, add_group, add_key_options, parse_size
 
 
 def add_limit_options(parser) -> None:
@@ -18,6 +19,27 @@ def add_limit_options(parser) -> None:
                         default=DEFAULT_LIMITS.max_expansion,
                         help="refuse compressed members (.npz) over 64MiB expanding more than "
                              "RATIO times (default 100)")
+
+
+def add_generation_options(parser) -> None:
+    """Options of a generation review (snapops diff of generations, snapops review pr)."""
+    g = parser.add_argument_group("generations")
+    g.add_argument("--manifest-only", action="store_true",
+                   help="compare the MANIFESTs' statistics only, read no weights (automatic "
+                        "when the shards are absent: LFS pointers, not fetched, encrypted)")
+    g.add_argument("--ratio-threshold", type=float, metavar="X",
+                   help="anomaly when a tensor's norm grows beyond X times or shrinks below "
+                        "1/X (default 10)")
+    g.add_argument("--cosine-threshold", type=float, metavar="C",
+                   help="anomaly when cosine(A, B) < C, weights read (default 0.9)")
+
+
+def thresholds_from(args):
+    from snapops.hooks.review.generation import Thresholds
+
+    given = {k: v for k, v in (("ratio", args.ratio_threshold),
+                               ("cosine", args.cosine_threshold)) if v is not None}
+    return Thresholds(**given)
 
 
 def limits_from(args):
@@ -37,10 +59,29 @@ def run_setup(args) -> int:
     return 0
 
 
+def run_pr(args) -> int:
+    from snapops.hooks.gitio import Git
+    from snapops.hooks.review.pr import review_pull_request
+
+    from .verify import ci_config
+
+    result = review_pull_request(
+        args.repo, args.base, args.head, args.out, cfg=ci_config(Git(args.repo), args),
+        thresholds=thresholds_from(args), manifest_only=args.manifest_only,
+        image_url=args.image_url, details_url=args.details_url, threads=args.threads)
+    runs = ", ".join(result.runs) or "no run changed"
+    print(f"snapops review pr: wrote {result.comment}"
+          + (f" and {result.image}" if result.image else "") + f" ({runs})", file=sys.stderr)
+    for problem in result.problems:
+        print(f"snapops review pr: {problem}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
 def register(sub) -> None:
-    p = add_group(sub, "review", help="set up git for weight-diff review",
-                  description="Git integration of snapops diff/textconv.",
-                  example="snapops review setup .")
+    p = add_group(sub, "review", help="weight-diff review in git and pull requests",
+                  description="Git integration of snapops diff/textconv, and the pull-request "
+                              "comment.",
+                  example="snapops review pr --base origin/main --head HEAD --out review/")
     rsub = p.add_subparsers(dest="review_command", metavar="ACTION")
     s = add_command(
         rsub, "setup", help="configure the textconv and WTXT diff drivers in a repository",
@@ -53,4 +94,27 @@ def register(sub) -> None:
     s.add_argument("--attributes", action="store_true",
                    help="append missing snapshot patterns to REPO/.gitattributes")
     s.add_argument("--command", help="textconv command (default: snapops textconv)")
+    r = add_command(
+        rsub, "pr", help="verify a pull request's generations, write its comment and heatmap",
+        description="For CI on a pull request: verify every commit of BASE..HEAD as the hooks "
+                    "do (snapops verify --ci --range), review each run whose generation "
+                    "changed (its generation at the merge base against HEAD: anomalies first, "
+                    "tensors by relative norm change, block-level detail when the shards are "
+                    "present), and write OUT/comment.md (one comment body, starting with the "
+                    "marker <!-- snapops-review --> so the workflow updates one comment) and "
+                    "OUT/review.png. Exit 1 when verification or a review failed (the body "
+                    "says why); posting the comment is left to the workflow (deploy/ci/).",
+        example="snapops review pr --base origin/main --head HEAD --out snapops-review "
+                "--trusted-key keys/signing.pub --require-signature", func=run_pr)
+    r.add_argument("--repo", default=".", help="repository (default: current folder)")
+    r.add_argument("--base", required=True, help="the pull request's base revision")
+    r.add_argument("--head", default="HEAD", help="the pull request's head (default HEAD)")
+    r.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for comment.md and review.png (created if needed)")
+    r.add_argument("--image-url", metavar="URL", help="embed the heatmap from this URL")
+    r.add_argument("--details-url", metavar="URL",
+                   help="link to the CI run (where review.png is an artifact)")
+    r.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
+    add_key_options(r)
+    add_generation_options(r)
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])

@@ -15,7 +15,8 @@ from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
-from ._common import EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options
+from ._common import (EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command,
+                      add_key_options)
 
 MANIFEST_NAME = "MANIFEST"
 
@@ -121,16 +122,21 @@ def _usage(message: str) -> int:
 def run_ci(args) -> int:
     """Every commit of a range as the hooks check it (whole generations, ledgers, tags)."""
     from snapops.hooks.gitio import Git
-    from snapops.hooks.repo_config import load_repo_config
     from snapops.hooks.runner import run_range
 
     if not (args.ci and args.range) or args.files or args.run:
         return _usage("--ci needs --range BASE..HEAD and no FILE or --run")
     git = Git(args.repo)
-    cfg = load_repo_config(git).overridden(
+    return run_range(git, args.range, sys.stderr, cfg=ci_config(git, args), as_json=args.json)
+
+
+def ci_config(git, args):
+    """The repository's hook settings (git config snapops.*) tightened by the key flags."""
+    from snapops.hooks.repo_config import load_repo_config
+
+    return load_repo_config(git).overridden(
         trusted_keys=args.trusted_key, require_signature=args.require_signature,
         hmac_key=args.hmac_key, require_hmac=args.require_hmac)
-    return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json)
 
 
 def register(sub) -> None:

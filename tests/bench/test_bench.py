@@ -96,6 +96,15 @@ def test_review_suite_times_the_hooks_the_verifier_and_the_diff(tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
+def test_review_suite_from_manifests_alone(tmp_path, capsys):
+    r = _bench(capsys, "review", "--manifest-only", "--tensors", "40", "--rounds", "1",
+               "--workdir", str(tmp_path))["manifest"]
+    assert r["tensors"] == 40 and r["anomalies"] == 1        # one tensor of 97 scaled x50
+    assert 0 < r["parse_seconds"] and 0 < r["review_seconds"] < r["png_seconds"]
+    assert r["cli_seconds"] > 0 and r["startup_seconds"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("suite", [s.name for s in SUITES])
 def test_every_suite_help_ends_with_an_example(suite):
     result = subprocess.run([sys.executable, "-m", "snapops", "bench", suite, "--help"],
