@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from snapops.formats.keys import generate_keys
 
@@ -162,20 +161,20 @@ def verify_clone(url: str, work: Path, out) -> tuple[int, list[str], Path]:
     return len(tags) - len(failures), failures, clone
 
 
-def restore_check(clone: Path, tag: str, expected: dict, size: ModelSize) -> str:
-    """Load generation ``tag`` into a fresh model; '' when every tensor came back equal."""
+def restore_check(url: str, gen: int, expected: dict, size: ModelSize, keys: Path) -> str:
+    """Restore generation ``gen`` from the remote into a fresh model, as a resuming job would
+    (``snapops.torch.load_state_dict``: one verified generation fetched, not the history);
+    '' when every tensor came back equal with its dtype."""
     import torch
 
-    from snapops.formats.generation.load import load_from_source
-    from snapops.formats.generation.source import GitTreeSource
-    from snapops.hooks.gitio import Git
+    import snapops.torch
 
-    with tempfile.TemporaryDirectory(prefix="snapops-demo-") as scratch:
-        snap = load_from_source(GitTreeSource(Git(clone), tag, scratch), RUN, verify=False)
-        restored = {name: _to_torch(array) for name, array in snap.arrays.items()}
+    state = snapops.torch.load_state_dict(url, RUN, gen=gen, trusted_keys=[keys / "signing.pub"],
+                                          hmac_key=keys / "hmac.key", require_signature=True,
+                                          require_hmac=True)
     model, _, _ = build_model(size, seed=1)
-    step = restored.pop("train.step")
-    model.load_state_dict(restored)
+    step = state.pop("train.step")
+    model.load_state_dict(state)
     problems = [name for name, tensor in model.state_dict().items()
                 if tensor.dtype != expected[name].dtype or not torch.equal(tensor, expected[name])]
     if int(step) != int(expected["train.step"]):
@@ -183,12 +182,22 @@ def restore_check(clone: Path, tag: str, expected: dict, size: ModelSize) -> str
     return ", ".join(problems)
 
 
-def _to_torch(array: np.ndarray):
-    import torch
-
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(array))
+def review_last_two(clone: Path, pushed: list[int], work: Path, out) -> list[str]:
+    """``snapops diff`` of the last two pushed generations, as a reviewer runs it: one Markdown
+    report (anomalies first) and one PNG in ``WORKDIR/review/``; what was written."""
+    if len(pushed) < 2:
+        return ["fewer than two generations pushed: nothing to review"]
+    folder = work / "review"
+    folder.mkdir(exist_ok=True)
+    a, b = (f"{RUN}/gen-{g:06d}" for g in pushed[-2:])
+    report, image = folder / "review.md", folder / "review.png"
+    result = subprocess.run([sys.executable, "-m", "snapops", "diff", "--git", a, b,
+                             f"snapshots/{RUN}", "--format", "md", "--output", str(report),
+                             "--plot", str(image)], cwd=clone, capture_output=True, text=True)
+    if result.returncode != 0:
+        return [f"review FAILED: {result.stderr.strip()}"]
+    out(f"review of {a} -> {b}: {report}, {image}")
+    return [f"{a} -> {b}: {report.relative_to(work)}", str(image.relative_to(work))]
 
 
 def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: str = "wtxt",
@@ -217,9 +226,10 @@ def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: st
                 daemon.wait(300)
             log.close()
         verified, failures, clone = verify_clone(url, work, out)
-    newest = f"{RUN}/gen-{max(pushed):06d}" if pushed else None
-    restore = restore_check(clone, newest, training.last_state, size) \
-        if newest and max(pushed) == training.requested[-1] else "the newest generation was not pushed"
+        restore = (restore_check(url, max(pushed), training.last_state, size, work / "keys")
+                   if pushed and max(pushed) == training.requested[-1]
+                   else "the newest generation was not pushed")
+    review = review_last_two(clone, sorted(pushed), work, out)
     summary = Summary(
         parameters=sum(v.numel() for k, v in training.last_state.items() if k != "train.step"),
         state_bytes=sum(v.numel() * v.element_size() for v in training.last_state.values()),
@@ -228,7 +238,8 @@ def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: st
         dropped=dropped,
         verified=verified, failures=failures,
         latencies=latencies_from_wal(work / "spool" / "wal.log", "origin"),
-        repo_bytes=repository_bytes(work / "remote.git"), restore_problems=restore)
+        repo_bytes=repository_bytes(work / "remote.git"), restore_problems=restore,
+        review=review)
     write_summary(work / "summary.md", summary, out)
     lost = [g for g, reason in dropped.items() if reason != "coalesced"]
     ok = not failures and not restore and not lost and verified == len(pushed) > 0
