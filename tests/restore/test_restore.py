@@ -6,8 +6,6 @@ skipped by ``--latest-verified`` with its reason; hostile names fail with one li
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -98,14 +96,12 @@ def test_every_format_restores_bit_exact_from_the_remote(remotes, fmt, tmp_path)
     assert_same(snapops.torch.to_state_dict(by_rev), torch_state(1))
 
 
-def test_restore_cli_process_prints_one_summary_line(remotes, tmp_path):
+def test_restore_cli_prints_one_summary_line(remotes, tmp_path, capsys):
     served, _ = remotes
     out = tmp_path / "gen2.pt"
-    proc = subprocess.run([sys.executable, "-m", "snapops", "restore", served.url("aero.git"),
-                           "--run", RUN, "--gen", "2", "-o", str(out)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    line, = proc.stdout.splitlines()
+    assert main(["restore", served.url("aero.git"), "--run", RUN, "--gen", "2", "-o",
+                 str(out)]) == 0
+    line, = capsys.readouterr().out.splitlines()
     assert line.startswith("restored run t gen 2 (verified;") and "MB/s" in line, line
     assert_same(torch.load(out, weights_only=True), torch_state(2))
 
@@ -169,14 +165,12 @@ def test_latest_verified_skips_a_tampered_newest_generation_and_says_why(remotes
     (["--run", RUN, "--gen", "-1"], "generation number"),
     (["--run", RUN, "-o", "/nonexistent/x.bin"], "unrecognised file type"),
 ])
-def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, args, says):
+def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, args, says,
+                                                            capsys):
     _, base = remotes
     out = tmp_path / "x.pt"
-    proc = subprocess.run([sys.executable, "-m", "snapops", "restore",
-                           f"file://{base}/wtxt.git", "-o", str(out), *args],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2, proc.stderr
-    line, = proc.stderr.splitlines()
+    assert main(["restore", f"file://{base}/wtxt.git", "-o", str(out), *args]) == 2
+    line, = capsys.readouterr().err.splitlines()
     assert says in line and "Traceback" not in line
     assert not out.exists()
 

@@ -10,7 +10,7 @@ import torch
 import snapops.torch
 from snapops.formats.errors import ConfigError
 from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
-from snapops.formats.keys import coerce_trusted, generate_keys, load_hmac_key
+from snapops.formats.keys import coerce_trusted, load_hmac_key
 from snapops.formats.tensors import tensor_to_numpy
 
 from ..daemon.gitserve import git
@@ -34,17 +34,16 @@ def step(model, opt, seed: int) -> None:
     opt.step()
 
 
-def test_resume_from_a_sealed_generation_continues_bit_exact(tmp_path):
+def test_resume_from_a_sealed_generation_continues_bit_exact(tmp_path, keydir):
     model, opt = build()
     for seed in range(3):
         step(model, opt, seed)
     state = {**model.state_dict(), **snapops.torch.optimizer_tensors(opt)}
     repo = tmp_path / "repo"
-    generate_keys(tmp_path / "keys")
     git("init", "-q", "-b", "main", str(repo))
     spec = GenerationSpec(run="r", format="aero", build="t",
-                          sign_key=tmp_path / "keys" / "signing.key",
-                          hmac_key=load_hmac_key(tmp_path / "keys" / "hmac.key"))
+                          sign_key=keydir / "signing.key",
+                          hmac_key=load_hmac_key(keydir / "hmac.key"))
     written = write_generation(repo, spec, 3, TS,
                                {k: tensor_to_numpy(v, k) for k, v in state.items()})
     seal_in_ledger(repo, "r", written)
@@ -52,8 +51,8 @@ def test_resume_from_a_sealed_generation_continues_bit_exact(tmp_path):
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen 3", cwd=repo)
 
     restored = snapops.torch.load_state_dict(
-        f"file://{repo}", "r", trusted_keys=coerce_trusted([tmp_path / "keys" / "signing.pub"]),
-        hmac_key=tmp_path / "keys" / "hmac.key", require_signature=True, require_hmac=True)
+        f"file://{repo}", "r", trusted_keys=coerce_trusted([keydir / "signing.pub"]),
+        hmac_key=keydir / "hmac.key", require_signature=True, require_hmac=True)
     fresh, fresh_opt = build()
     fresh.load_state_dict(snapops.torch.model_part(restored))
     snapops.torch.load_optimizer(fresh_opt, restored)
