@@ -21,3 +21,9 @@ def test_quick_demo_runs_end_to_end(tmp_path, capsys):
     hook = (tmp_path / "w" / "remote.git" / "hooks" / "pre-receive").read_text()
     assert "snapops" in hook
     assert "verified" in capsys.readouterr().out
+    review = (tmp_path / "w" / "review" / "review.md").read_text()
+    assert "review of the last two generations" in summary
+    assert "#### Anomalies" in review
+    assert "`blocks.0.attn.in_proj_weight`" in review  # original (dotted) names
+    png = (tmp_path / "w" / "review" / "review.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
