@@ -291,6 +291,8 @@ class SnapshotFormat(ABC):
     capabilities: ClassVar[Capabilities]
     options_type: ClassVar[type] = SaveOptions
     dtype_record_limit: ClassVar[int | None] = None
+    # True when ``_load`` checks everything ``verify`` checks (no second pass needed)
+    load_verifies: ClassVar[bool] = False
 
     def sniff(self, head: bytes) -> bool:
         """True when ``head`` (the first bytes of a file) is this format's magic."""
@@ -321,13 +323,20 @@ class SnapshotFormat(ABC):
             meta[DTYPE_META_KEY] = record
         return Snapshot(stored, meta)
 
-    def load(self, path: str | os.PathLike, options: Any = None, **fields: Any) -> Snapshot:
-        """Every array with its logical dtype; what the format checks while reading is
-        checked (a demanded seal it cannot have fails closed)."""
+    def load(self, path: str | os.PathLike, options: Any = None, *, verify: bool = True,
+             **fields: Any) -> Snapshot:
+        """Every array with its logical dtype, or the first failed check: with ``verify``
+        (the default) every check ``verify`` makes holds before anything is returned, so a
+        corrupt file is never converted or trained on (a demanded seal the format cannot have
+        fails closed)."""
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} load")
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             raise error.located(os.fspath(path))
+        if verify and not self.load_verifies:
+            report = self.verify(path, opts)
+            if report.failure is not None:
+                raise report.failure
         snap = self._load(os.fspath(path), opts)
         record = snap.meta.pop(DTYPE_META_KEY, None)
         try:

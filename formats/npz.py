@@ -27,13 +27,13 @@ from .atomic import atomic_write_digest
 from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import DTYPES
 from .errors import DataError, FormatError, LimitError, TruncatedError
+from .limits import DEFAULT_LIMITS, DeclaredLimits, check_member, check_shape
 from .model import ArrayMapping, Snapshot
 from .report import Report
 
 META_MEMBER = "snapops.json"
 MAX_META = 1 << 20
 MAX_HEADER = 1 << 16
-DEFLATE_RATIO = 1032           # deflate's largest expansion: a bomb claims more than this
 # what zipfile and numpy raise on damaged archives (NotImplementedError: a compression
 # method a flipped bit invented)
 ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
@@ -44,8 +44,8 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 class NpzArrays(ArrayMapping):
     """An open ``.npz``: member headers parsed; ``[name]`` reads one member (CRC checked)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, limits: DeclaredLimits = DEFAULT_LIMITS) -> None:
+        self.path, self.limits = path, limits
         try:
             self.zip = zipfile.ZipFile(path)
         except ZIP_ERRORS as exc:
@@ -99,7 +99,7 @@ class NpzArrays(ArrayMapping):
 
     def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
         info = self.members[name]
-        _check_declared(info, self.path)
+        _check_declared(info, name, self.path, self.size, self.limits)
         fmt = np.lib.format
         try:
             with self.zip.open(info) as member:
@@ -116,7 +116,8 @@ class NpzArrays(ArrayMapping):
         if dtype.hasobject or fortran:
             raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
                               path=self.path, array=name, got=str(dtype))
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = check_shape(name, shape, dtype.itemsize, available=info.file_size - offset,
+                             limits=self.limits, path=self.path)
         if nbytes + offset != info.file_size:
             raise FormatError("member size disagrees with its .npy header", path=self.path,
                               array=name, expected=str(nbytes + offset), got=info.file_size)
@@ -137,13 +138,16 @@ class NpzArrays(ArrayMapping):
         self.zip.close()
 
 
-def _check_declared(info: zipfile.ZipInfo, path: str) -> None:
-    """A member may not claim more bytes than its compressed size can expand to."""
-    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else \
-        info.compress_size * DEFLATE_RATIO + 1024
-    if info.file_size > limit:
-        raise LimitError("member claims more bytes than it can hold", path=path,
-                         array=info.filename, expected=f"<= {limit}", got=info.file_size)
+def _check_declared(info: zipfile.ZipInfo, name: str, path: str, archive_size: int,
+                    limits: DeclaredLimits) -> None:
+    """A stored member holds what it stores; a compressed one may not claim more than
+    ``limits`` allow (see :mod:`.limits`), checked before a byte is decompressed."""
+    compressed = min(info.compress_size, archive_size)
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size > compressed:
+        raise LimitError("stored member claims more bytes than it holds", path=path,
+                         array=name, expected=f"<= {compressed}", got=info.file_size)
+    check_member(name, declared=info.file_size, compressed=compressed, limits=limits,
+                 path=path)
 
 
 def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
@@ -163,6 +167,7 @@ def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
 
 class Npz(SnapshotFormat):
     name = "npz"
+    load_verifies = True     # every member's CRC-32 (its only integrity data) is checked on read
     title = "npz"
     suffixes = (".npz",)
     capabilities = Capabilities(

@@ -19,7 +19,7 @@ class CommandFailed(Exception):
         self.code = code
 
 
-def report_error(exc: BaseException) -> None:
+def report_error(exc: BaseException | str) -> None:
     print(f"snapops: error: {exc}", file=sys.stderr)
 
 
