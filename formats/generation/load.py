@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -29,6 +30,7 @@ import numpy as np
 
 from snapops.formats.dtypes import numpy_dtype
 from snapops.formats.errors import DataError, FormatError
+from snapops.formats.limits import check_shape
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
 
@@ -109,15 +111,24 @@ def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
     for part in array.parts:
         if part.shard != shard:
             continue
-        piece = loaded[part.key]
+        piece = loaded.get(part.key)
+        extent = tuple(hi - lo for lo, hi in part.box)
+        if (piece is None or logical is None or piece.dtype.itemsize != logical.itemsize
+                or piece.size != math.prod(extent)):
+            raise FormatError("the shard does not hold this part as the MANIFEST describes it "
+                              "(load with verify to find out why)", path=shard,
+                              array=array.name, expected=f"{part.key}: {array.dtype} {extent}",
+                              got="missing" if piece is None else f"{piece.dtype} {piece.shape}")
         if piece.dtype != logical:
             piece = piece.view(logical)  # same width: the format stored the bits as uint
-        extent = tuple(hi - lo for lo, hi in part.box)
         if len(array.parts) == 1:
             out[array.name] = piece.reshape(extent)
             continue
         target = out.get(array.name)
         if target is None:
+            parts = sum(math.prod(hi - lo for lo, hi in p.box) for p in array.parts)
+            check_shape(array.name, array.shape, logical.itemsize,
+                        available=parts * logical.itemsize, path=shard)
             target = out[array.name] = np.empty(array.shape, logical)
         target[tuple(slice(lo, hi) for lo, hi in part.box)] = piece.reshape(extent)
 
