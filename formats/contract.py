@@ -128,6 +128,7 @@ class VerifyOptions:
     identity: str | None = None     # age identity for armored files
     level: str = "full"             # AERO also knows "control"
     workers: int | None = None
+    limits: Any = None              # a limits.DeclaredLimits (None: the defaults)
 
 
 def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
@@ -135,7 +136,7 @@ def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
 
     >>> build_options(VerifyOptions, {"require_sig": True}, "verify")
     Traceback (most recent call last):
-    snapops.formats.errors.DataError: verify: unknown option 'require_sig' (did you mean require_signature?); allowed: hmac_key, trusted_keys, require_signature, require_hmac, wsum, identity, level, workers
+    snapops.formats.errors.DataError: verify: unknown option 'require_sig' (did you mean require_signature?); allowed: hmac_key, trusted_keys, require_signature, require_hmac, wsum, identity, level, workers, limits
     """
     allowed = [f.name for f in dataclasses.fields(kind)]
     for key in values:

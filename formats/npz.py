@@ -181,7 +181,7 @@ class Npz(SnapshotFormat):
         return self.result(path, snapshot, out.size, out.hexdigest())
 
     def _load(self, path: str, options: VerifyOptions) -> Snapshot:
-        with NpzArrays(path) as archive:
+        with NpzArrays(path, options.limits or DEFAULT_LIMITS) as archive:
             return Snapshot({n: archive[n] for n in archive.names}, dict(archive.meta))
 
     def _open(self, path: str) -> tuple[ArrayMapping, dict]:

@@ -6,6 +6,7 @@ from snapops.formats.contract import parse_option_texts
 from snapops.formats.registry import detect, handler, handler_for_suffix, verify_any
 
 from ._common import EXIT_VERIFY_FAILED, add_command, report_error
+from .review import add_limit_options, limits_from
 
 # flag dest -> writer option; only flags given on the command line are passed, so a flag the
 # target format does not take is refused by its options class (naming the allowed ones)
@@ -46,12 +47,13 @@ def run(args) -> int:
     source = detect(args.src)
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
     options = target.options(**writer_fields(args, target))
+    limits = limits_from(args)
     if not args.no_verify:
-        report = verify_any(args.src)
+        report = verify_any(args.src, limits=limits)
         if report.failure is not None:
             report_error(report.failure)
             return EXIT_VERIFY_FAILED
-    snapshot = source.load(args.src, verify=False)
+    snapshot = source.load(args.src, verify=False, limits=limits)
     result = target.save(snapshot, args.dst, options)
     extra = f" merkle_this={result.merkle_this}" if result.merkle_this else ""
     print(f"wrote {result.path} ({target.name}, {result.arrays} arrays, "
@@ -82,4 +84,5 @@ def register(sub) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="skip verifying the input (e.g. to salvage a damaged file whose "
                         "damage you know); the format's own read checks still apply")
+    add_limit_options(p)
     add_writer_options(p)

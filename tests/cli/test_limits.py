@@ -70,3 +70,35 @@ def test_a_declared_huge_shape_is_a_typed_one_line_error(tmp_path, capsys):
         assert err.count("\n") == 1 and "[limit] array w:" in err, err
         assert "1000000x1000000" in err or "4000000000000" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.npz"]
+
+
+def test_textconv_and_diff_stream_a_large_member_in_bounded_memory(tmp_path):
+    """160 MiB of zeros deflated (allowed with --max-expansion): read in blocks, never held."""
+    big = tmp_path / "big.npz"
+    declared = write_bomb(big, blocks=10)
+    assert declared > 160 << 20
+    limit = ["--max-expansion", "2000"]
+    commands = [["inspect", str(big)], ["textconv", str(big), *limit],
+                ["diff", str(big), str(big), *limit]]
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(commands)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.splitlines()[-1])[1:]
+    assert "endarr w sha256=" in done.stdout, done.stdout[-500:]
+    for result in results:
+        assert result["code"] == 0, (result, done.stderr)
+        assert result["extra_kib"] < 100 * 1024, result
+
+
+def test_convert_limits_are_configurable(tmp_path, capsys):
+    import numpy as np
+
+    import snapops
+
+    snapops.save({"w": np.zeros(1024, np.float32)}, tmp_path / "z.npz")
+    out = tmp_path / "o.wtxt"
+    assert main(["convert", str(tmp_path / "z.npz"), str(out), "--max-array-bytes", "1KiB"]) == 1
+    assert "[limit] array w: expected at most 1024 bytes" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["convert", str(tmp_path / "z.npz"), str(out), "--max-array-bytes", "8KiB"]) == 0
+    assert snapops.load(out)["w"].tobytes() == bytes(4096)
