@@ -49,14 +49,16 @@ def load_from_source(source: Source, run: str, *, verify: bool = True,
         if not report.ok:
             raise report.failure
     _, manifest = read_manifest(source, run)
-    arrays = assemble(source, run, manifest, options.identity)
+    arrays = assemble(source, run, manifest, options.identity, verified=verify)
     h = manifest.header
     return Snapshot(arrays, {"run": h.run, "gen": h.gen, "ts": h.ts, "build": h.build,
                              "keyid": h.keyid, "format": h.format})
 
 
-def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dict[str, np.ndarray]:
-    """Every array of ``manifest``; single-part arrays stay the reader's (mapped) arrays."""
+def assemble(source: Source, run: str, manifest: Manifest, identity=None, *,
+             verified: bool = False) -> dict[str, np.ndarray]:
+    """Every array of ``manifest``; single-part arrays stay the reader's (mapped) arrays.
+    Each shard is verified as it is loaded unless the generation was (``verified``)."""
     by_shard: dict[str, list[ArrayRecord]] = {}
     for array in manifest.arrays:
         for part in array.parts:
@@ -69,7 +71,7 @@ def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dic
         for shard_path, records in by_shard.items():
             wsum = f"{folder}/{wsums[shard_path]}" if shard_path in wsums else None
             with _plain(source, f"{folder}/{shard_path}", wsum, identity, Path(tmp)) as local:
-                loaded = _load_shard(local, formats[shard_path])
+                loaded = _load_shard(local, formats[shard_path], verify=not verified)
             for array in records:
                 _place(array, shard_path, loaded, out)
     return out
@@ -101,8 +103,8 @@ def _plain(source: Source, path: str, wsum: str | None, identity, tmp: Path):
             Path(f"{plain}.wsum").unlink(missing_ok=True)
 
 
-def _load_shard(local: Path, fmt: str) -> dict[str, np.ndarray]:
-    return dict(handler(fmt).load(str(local)).arrays)
+def _load_shard(local: Path, fmt: str, verify: bool) -> dict[str, np.ndarray]:
+    return dict(handler(fmt).load(str(local), verify=verify).arrays)
 
 
 def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from snapops.formats.contract import parse_option_texts
 from snapops.formats.registry import detect, handler, handler_for_suffix, verify_any
 
-from ._common import EXIT_VERIFY_FAILED, add_command, report_error
+from ._common import EXIT_VERIFY_FAILED, add_command, progress_bar, report_error, step
 from .review import add_limit_options, limits_from
 
 # flag dest -> writer option; only flags given on the command line are passed, so a flag the
@@ -48,13 +48,17 @@ def run(args) -> int:
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
     options = target.options(**writer_fields(args, target))
     limits = limits_from(args)
-    if not args.no_verify:
-        report = verify_any(args.src, limits=limits)
-        if report.failure is not None:
-            report_error(report.failure)
-            return EXIT_VERIFY_FAILED
-    snapshot = source.load(args.src, verify=False, limits=limits)
-    result = target.save(snapshot, args.dst, options)
+    with progress_bar("convert", total=3, unit="step") as progress:
+        if not args.no_verify:
+            report = verify_any(args.src, limits=limits)
+            if report.failure is not None:
+                report_error(report.failure)
+                return EXIT_VERIFY_FAILED
+        step(progress)
+        snapshot = source.load(args.src, verify=False, limits=limits)
+        step(progress)
+        result = target.save(snapshot, args.dst, options)
+        step(progress)
     extra = f" merkle_this={result.merkle_this}" if result.merkle_this else ""
     print(f"wrote {result.path} ({target.name}, {result.arrays} arrays, "
           f"{result.raw_bytes} raw bytes, sha256={result.sha256}){extra}")

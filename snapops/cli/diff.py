@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command
+from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command, progress_bar
 from .review import add_limit_options, limits_from
 
 
@@ -16,7 +16,7 @@ def run(args) -> int:
     if (args.git is None) == (len(args.files) != 2) or (args.git and args.files):
         print("snapops diff: give two files A B, or --git REV1 REV2 PATH", file=sys.stderr)
         return EXIT_INPUT
-    with _progress() as progress:
+    with progress_bar("diff", enabled=args.format != "json") as progress:
         options = dict(threads=args.threads, rows_per_block=args.rows_per_block,
                        progress=progress, limits=limits_from(args))
         report = diff_git(*args.git, **options) if args.git else diff_paths(*args.files,
@@ -36,24 +36,6 @@ def run(args) -> int:
         info = plot_report(report, args.plot, title=args.title)
         print(f"snapops diff: wrote {info['path']} ({info['arrays']} arrays)", file=sys.stderr)
     return EXIT_VERIFY_FAILED if args.exit_code and report.changed else 0
-
-
-class _progress:
-    """A tqdm byte counter on stderr when it is a terminal (else nothing)."""
-
-    def __enter__(self):
-        self.bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(unit="B", unit_scale=True, desc="diff", file=sys.stderr,
-                            leave=False)
-            return self.bar.update
-        return None
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def register(sub) -> None:
