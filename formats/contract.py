@@ -315,6 +315,8 @@ class SnapshotFormat(ABC):
         """What ``_save`` writes: arrays of native dtypes (others as same-width unsigned
         integers) and meta with gen/ts/build and the ``snapops_dtypes`` record."""
         snap = Snapshot.coerce(snapshot)
+        if "" in snap.arrays:
+            raise DataError(f"{self.title}: an array name must not be empty")
         caps = self.capabilities
         stored, record = (dict(snap.arrays), None) if caps.any_dtype else store_logical(
             snap.arrays, caps.native_dtypes, self.title, self.dtype_record_limit)

@@ -176,6 +176,10 @@ class Npz(SnapshotFormat):
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
         _json_meta(snapshot.meta)
+        for name in snapshot.arrays:
+            if "\x00" in name:     # zip cuts a member name at NUL: the array would vanish
+                raise DataError(f"npz: array name {name!r} holds a NUL byte, which zip "
+                                "member names cannot")
         with atomic_write_digest(path, stable=True) as out:
             write_npz(out, snapshot)
         return self.result(path, snapshot, out.size, out.hexdigest())

@@ -11,6 +11,7 @@ limit) is a finding.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -171,6 +172,66 @@ def cli_decrypt(case: Case) -> None:
     case.cli("decrypt", case.path, case.out / "plain", "-i", case.keys / "age.key")
 
 
+# writers: random snapshots (odd names, every dtype, empty and 0-d shapes, edge gen values)
+# written and read back: a DataError refusal, or the same names, dtypes and bits
+NAMES = ("w", "a.b", "layer.0.weight", "\u00e9", "x" * 300, "", " ", "a/b", "..", "a\nb",
+         "%41", "\u540d", "a=b", "\"q\"", "-", "arr name=w", "\x00", "snapops.json",
+         "__metadata__")
+ODD_DTYPES = (">f4", ">i8", "M8[s]", "m8[ns]", "U3", "S4", "V2", "f2", "c8", "u1")
+
+
+def random_snapshot(rng: random.Random) -> dict:
+    import numpy as np
+
+    from snapops.formats.dtypes import DTYPES
+
+    kinds = list(DTYPES.values()) + [np.dtype(d) for d in ODD_DTYPES]
+    arrays = {}
+    for _ in range(rng.randint(1, 4)):
+        name = rng.choice(NAMES) if rng.random() < 0.7 else "".join(
+            chr(rng.randrange(32, 0x2FF)) for _ in range(rng.randint(1, 12)))
+        dtype = rng.choice(kinds)
+        shape = tuple(rng.choice((0, 1, 2, 3, 7)) for _ in range(rng.choice((0, 1, 1, 2, 3))))
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = bytes(rng.randrange(256) for _ in range(count * dtype.itemsize))
+        arrays[name] = np.frombuffer(raw, dtype).reshape(shape).copy()
+    return arrays
+
+
+def writer_round_trip(fmt_name: str) -> Callable[[Case], None]:
+    def run(case: Case) -> None:
+        import numpy as np
+
+        from snapops.formats.dtypes import dtype_name
+        from snapops.formats.errors import SnapopsError
+        from snapops.formats.registry import handler
+
+        fmt = handler(fmt_name)
+        rng = random.Random(case.path.read_bytes())
+        arrays = random_snapshot(rng)
+        fields = {"gen": rng.choice((None, 0, 3, -1, 2**64))}
+        path = case.out / f"rt{fmt.suffixes[0]}"
+        if case.call(fmt.save, arrays, path, **{k: v for k, v in fields.items()
+                                                if v is not None}) is None:
+            return
+        try:
+            back = fmt.load(path)
+        except SnapopsError as exc:
+            raise Finding(f"{fmt_name} wrote a file it cannot read back: {exc}") from exc
+        if sorted(back.arrays) != sorted(arrays):
+            raise Finding(f"{fmt_name}: names {sorted(arrays)!r} came back as "
+                          f"{sorted(back.arrays)!r}")
+        for name, want in arrays.items():
+            got = np.asarray(back[name])
+            if (dtype_name(got.dtype) != dtype_name(want.dtype) or got.shape != want.shape
+                    or got.astype(got.dtype.newbyteorder("=")).tobytes()
+                    != want.astype(want.dtype.newbyteorder("=")).tobytes()):
+                raise Finding(f"{fmt_name}: {name!r} {dtype_name(want.dtype)} {want.shape} "
+                              f"came back as {dtype_name(got.dtype)} {got.shape}"
+                              + (" (other bits)" if got.shape == want.shape else ""))
+    return run
+
+
 # canaries: targets that break the rules on purpose, to show the harness reports each kind
 def canary_error(case: Case) -> None:
     if case.path.read_bytes()[:1] != b"\x93":
@@ -210,6 +271,8 @@ TARGETS = {t.name: t for t in [
     Target("cli-diff", _FMT, cli_diff),
     Target("cli-delta-apply", ("delta/d.wtxtdelta", "delta/base.wtxt"), cli_delta_apply),
     Target("cli-decrypt", ("age/s.wtxt.age",), cli_decrypt),
+    *(Target(f"write-{name}", ("npz/s.npz",), writer_round_trip(name))
+      for name in ("wtxt", "aero", "fold", "pycauset", "finf", "npz", "safetensors", "pt")),
 ]}
 CANARIES = {t.name: t for t in [
     Target("canary-error", ("npz/s.npz",), canary_error),

@@ -1,6 +1,7 @@
 """The suite's short, derandomized fuzzing run: every format and CLI entry point gets a fixed
-set of mutated inputs (fixed seed), each run in a memory- and time-limited child; only typed
-errors or success are allowed. Canary targets that break the rules on purpose (an untyped
+set of mutated inputs (fixed seed), every writer a fixed set of random snapshots to write and
+read back, each run in a memory- and time-limited child; only typed errors or success (for
+writers: the same names, dtypes and bits) are allowed. Canary targets that break the rules on purpose (an untyped
 exception, SIGSEGV, a hang, an allocation over the limit) run in the same campaign and show
 that each kind is reported with its input saved. Long runs: ``python -m tests.fuzz``."""
 
@@ -15,7 +16,7 @@ from tests.fuzz.engine import run_campaign
 from tests.fuzz.mutate import mutate
 from tests.fuzz.targets import CANARIES, TARGETS
 
-CASES = 12
+CASES = 8
 SEED = 13
 
 
@@ -34,7 +35,10 @@ def test_every_target_only_typed_errors_or_success(campaign):
     for name in TARGETS:
         stats = campaign.stats[name]
         assert stats.cases == CASES, name
-        assert stats.typed > 0, f"{name}: no mutation was refused ({campaign.summary()})"
+        if name.startswith("write-"):           # random snapshots: most round-trip
+            assert stats.ok > 0, f"{name}: nothing round-tripped ({campaign.summary()})"
+        else:
+            assert stats.typed > 0, f"{name}: no mutation was refused ({campaign.summary()})"
 
 
 def test_each_kind_of_finding_is_reported_with_its_input(campaign):
