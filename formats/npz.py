@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import tokenize
 import zipfile
 from typing import Any, BinaryIO
 
@@ -38,6 +39,8 @@ MAX_HEADER = 1 << 16
 # method a flipped bit invented)
 ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
               NotImplementedError, zipfile.LargeZipFile)
+# numpy's header parser (ast.literal_eval via tokenize) on hostile text
+NPY_HEADER_ERRORS = ZIP_ERRORS + (tokenize.TokenError, RecursionError, MemoryError)
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -56,27 +59,10 @@ class NpzArrays(ArrayMapping):
                             if i.filename.endswith(".npy")}
             self.names = sorted(self.members)
             self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
-            self.meta = self._read_meta()
+            self.meta = read_meta(self.zip, path)
         except BaseException:
             self.zip.close()
             raise
-
-    def _read_meta(self) -> dict:
-        info = next((i for i in self.zip.infolist() if i.filename == META_MEMBER), None)
-        if info is None:
-            return {}
-        if info.file_size > MAX_META:
-            raise LimitError(f"{META_MEMBER} too large", path=self.path,
-                             expected=f"<= {MAX_META} bytes", got=info.file_size)
-        data = self._read(info, MAX_META)
-        try:
-            meta = json.loads(data)
-        except ValueError as exc:
-            raise FormatError(f"{META_MEMBER} is not JSON", path=self.path) from exc
-        if not isinstance(meta, dict):
-            raise FormatError(f"{META_MEMBER} must hold an object", path=self.path,
-                              got=type(meta).__name__)
-        return meta
 
     def _read(self, info: zipfile.ZipInfo, limit: int, skip: int = 0) -> bytes:
         try:
@@ -100,18 +86,11 @@ class NpzArrays(ArrayMapping):
     def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
         info = self.members[name]
         _check_declared(info, name, self.path, self.size, self.limits)
-        fmt = np.lib.format
         try:
             with self.zip.open(info) as member:
-                version = fmt.read_magic(member)
-                reader = {(1, 0): fmt.read_array_header_1_0,
-                          (2, 0): fmt.read_array_header_2_0}.get(version)
-                if reader is None:
-                    raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
-                shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
-                offset = member.tell()
+                shape, fortran, dtype, offset = read_npy_header(member, self.path, name)
         except ZIP_ERRORS as exc:
-            raise FormatError("not a readable .npy member", path=self.path, array=name,
+            raise FormatError("damaged member", path=self.path, array=name,
                               got=str(exc)) from exc
         if dtype.hasobject or fortran:
             raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
@@ -136,6 +115,47 @@ class NpzArrays(ArrayMapping):
 
     def close(self) -> None:
         self.zip.close()
+
+
+def read_meta(archive: zipfile.ZipFile, path: str) -> dict:
+    """The ``snapops.json`` member's object ({} without one), bounded by MAX_META."""
+    info = next((i for i in archive.infolist() if i.filename == META_MEMBER), None)
+    if info is None:
+        return {}
+    if info.file_size > MAX_META:
+        raise LimitError(f"{META_MEMBER} too large", path=path, expected=f"<= {MAX_META} bytes",
+                         got=info.file_size)
+    try:
+        with archive.open(info) as member:
+            meta = json.loads(member.read(MAX_META + 1))
+    except ZIP_ERRORS as exc:
+        raise FormatError(f"{META_MEMBER} is not readable JSON", path=path,
+                          got=str(exc)) from exc
+    except RecursionError as exc:
+        raise LimitError(f"{META_MEMBER} nests too deeply", path=path) from exc
+    if not isinstance(meta, dict):
+        raise FormatError(f"{META_MEMBER} must hold an object", path=path,
+                          got=type(meta).__name__)
+    return meta
+
+
+def read_npy_header(member: BinaryIO, path: str, name: str
+                    ) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Shape, Fortran order, dtype and data offset of the ``.npy`` stream ``member``, read
+    by numpy's header parser under a size bound; any malformed header is a FormatError."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(member)
+        reader = {(1, 0): fmt.read_array_header_1_0,
+                  (2, 0): fmt.read_array_header_2_0}.get(version)
+        if reader is None:
+            raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
+        shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
+        return shape, fortran, dtype, member.tell()
+    except NPY_HEADER_ERRORS as exc:
+        raise FormatError(path=path, array=name,
+                          expected="a member starting with a readable .npy header",
+                          got=str(exc) or type(exc).__name__) from exc
 
 
 def _check_declared(info: zipfile.ZipInfo, name: str, path: str, archive_size: int,

@@ -27,7 +27,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .mutate import mutate
 from .targets import ALL_TARGETS, TARGETS, Case
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,7 +157,7 @@ def _run_cases(proto, target, name: str, start: int, count: int, seed: int, time
     for index in range(start, start + count):
         rel = target.file_for(index)
         original = (pristine / rel).read_bytes()
-        data = mutate(original, seed=seed, target=name, index=index, text=target.is_text(rel))
+        data = target.case_bytes(original, seed, index)
         path = root / rel
         path.write_bytes(data)
         case = Case(root=root, pristine=pristine, out=out, path=path, index=index)
@@ -239,8 +238,7 @@ def save_input(campaign: Campaign, seeds: Path, finding: dict) -> None:
     name, index = finding["target"], finding["index"]
     target = ALL_TARGETS[name]
     rel = target.file_for(index)
-    data = mutate((seeds / rel).read_bytes(), seed=campaign.seed, target=name, index=index,
-                  text=target.is_text(rel))
+    data = target.case_bytes((seeds / rel).read_bytes(), campaign.seed, index)
     key = hashlib.sha256(f"{finding['kind']}@{finding['where']}".encode()).hexdigest()[:10]
     folder = campaign.out / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -354,8 +352,7 @@ def replay(name: str, index: int, seed: int) -> None:
     out.mkdir()
     rel = target.file_for(index)
     path = root / rel
-    path.write_bytes(mutate(path.read_bytes(), seed=seed, target=name, index=index,
-                            text=target.is_text(rel)))
+    path.write_bytes(target.case_bytes(path.read_bytes(), seed, index))
     os.environ["SNAPOPS_DEBUG"] = "1"
     print(f"replaying {name} case {index} (seed {seed}) on {path}", file=sys.stderr)
     target.run(Case(root=root, pristine=seeds / "s", out=out, path=path, index=index))

@@ -10,9 +10,11 @@ True
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import struct
+import zipfile
 
 # values that sit on the edges of the integer types headers use
 INTERESTING = (0, 1, 2, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 1023, 1024, 4095,
@@ -34,6 +36,23 @@ def mutate(data: bytes, *, seed: int, target: str, index: int, text: bool = Fals
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         rng.choice(ops)(out, rng)
     return bytes(out)
+
+
+def mutate_member(data: bytes, *, seed: int, target: str, index: int) -> bytes:
+    """Mutate one member of the zip ``data`` and zip it again with correct CRCs, so readers
+    get past the archive's integrity data to the member's own parser (npy headers, torch's
+    pickle); JSON and pickle members get the text mutations too."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    victim = random.Random(f"{seed}:{target}:{index}:member").randrange(len(members))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for i, (info, body) in enumerate(members):
+            if i == victim:
+                body = mutate(body, seed=seed, target=target, index=index,
+                              text=info.filename.endswith((".json", ".pkl")))
+            archive.writestr(info, body)
+    return out.getvalue()
 
 
 def _at(out: bytearray, rng: random.Random, room: int = 1) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .mutate import mutate, mutate_member
 from .seeds import RUN
 
 FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
@@ -76,9 +77,17 @@ class Target:
     files: tuple[str, ...]          # seed-relative files mutated (case index picks one)
     run: Callable[[Case], None]
     timeout: int | None = None      # seconds per case, when not the campaign's
+    members: bool = False           # mutate one zip member and re-zip (CRCs right)
 
     def file_for(self, index: int) -> str:
         return self.files[index % len(self.files)]
+
+    def case_bytes(self, original: bytes, seed: int, index: int) -> bytes:
+        """The input of case ``index``: all a finding needs to be reproduced."""
+        if self.members:
+            return mutate_member(original, seed=seed, target=self.name, index=index)
+        return mutate(original, seed=seed, target=self.name, index=index,
+                      text=self.is_text(self.file_for(index)))
 
     def is_text(self, rel: str) -> bool:
         return rel.endswith(TEXT_FILES)
@@ -102,6 +111,13 @@ def format_verbs(fmt_name: str, rel: str) -> Callable[[Case], None]:
         case.call(fmt.inspect, path)
         case.call(fmt.load, path, verify=False, **keys)
         case.call(_read_lazy, fmt, path)
+    return run
+
+
+def chained(*runs: Callable[[Case], None]) -> Callable[[Case], None]:
+    def run(case: Case) -> None:
+        for one in runs:
+            one(case)
     return run
 
 
@@ -259,6 +275,8 @@ TARGETS = {t.name: t for t in [
       if name != "aeroset"),
     Target("aeroset", ("aeroset/model.aeroset.json", "aeroset/index.aero",
                        "aeroset/part-000.aero"), format_verbs("aeroset", FORMAT_FILES["aeroset"])),
+    *(Target(f"{fmt}-members", (rel,), chained(format_verbs(fmt, rel), cli_textconv, cli_diff),
+             members=True) for fmt, rel in (("npz", "npz/s.npz"), ("pt", "pt/s.pt"))),
     Target("wtxt-delta", ("delta/d.wtxtdelta",), run_delta),
     Target("wsum", ("wsum/s.wtxt.wsum",), format_verbs("wtxt", "wsum/s.wtxt")),
     Target("age", ("age/s.wtxt.age",), run_age),

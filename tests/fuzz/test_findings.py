@@ -67,3 +67,16 @@ def test_a_ledger_path_too_long_for_the_file_system_is_a_problem_not_an_oserror(
     report = Ledger(path, root=repo).verify()
     assert not report.ok
     assert any("cannot be looked up" in str(p) for p in report.problems), report.problems
+
+
+def test_textconv_reads_npz_written_by_snapops_with_meta_and_logical_dtypes(tmp_path):
+    from snapops.hooks.review import textconv_lines
+
+    for suffix in (".npz", ".safetensors"):
+        snapops.save(state(), tmp_path / f"s{suffix}", gen=1, ts=TS)
+    npz = [line for line in textconv_lines(tmp_path / "s.npz") if "format=" not in line]
+    other = [line for line in textconv_lines(tmp_path / "s.safetensors")
+             if "format=" not in line]
+    assert "meta gen=1" in npz and any(line.startswith("arr emb dtype=bfloat16") for line in npz)
+    assert [x for x in npz if not x.startswith("meta")] == \
+        [x for x in other if not x.startswith("meta")]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz.engine import run_campaign
-from tests.fuzz.mutate import mutate
 from tests.fuzz.targets import CANARIES, TARGETS
 
 CASES = 8
@@ -51,7 +50,8 @@ def test_each_kind_of_finding_is_reported_with_its_input(campaign):
         report = json.loads(Path(f"{saved}.json").read_text())
         assert report["index"] == finding["index"] and "--replay" in report["replay"]
         rel = CANARIES[finding["target"]].file_for(finding["index"])
-        assert saved.read_bytes() == mutate((campaign.seeds / rel).read_bytes(), seed=SEED,
-                                            target=finding["target"], index=finding["index"])
+        target = CANARIES[finding["target"]]
+        assert saved.read_bytes() == target.case_bytes((campaign.seeds / rel).read_bytes(),
+                                                       SEED, finding["index"])
     # the cases after a dead one still ran, in a fresh child
     assert all(campaign.stats[name].cases == CASES for name in CANARIES)
