@@ -84,3 +84,43 @@ def test_no_verify_is_documented(capsys):
     with pytest.raises(SystemExit):
         main(["convert", "--help"])
     assert "--no-verify" in capsys.readouterr().out
+
+
+def test_unsupported_zip_feature_is_a_one_line_refusal(tmp_path, capsys):
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ones(3))
+    path = tmp_path / "odd.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("w.npy", buffer.getvalue())
+    data = bytearray(path.read_bytes())
+    for signature, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):   # method 99 (AES)
+        start = data.index(signature) + at
+        data[start:start + 2] = (99).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    for argv in (["convert", str(path), str(tmp_path / "o.wtxt")], ["textconv", str(path)]):
+        assert main(argv) in (1, 2)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "odd.npz" in err and "array w" in err, err
+    assert not (tmp_path / "o.wtxt").exists()
+
+
+def test_bf16_safetensors_npz_safetensors_round_trip_is_bit_exact(tmp_path, capsys):
+    import ml_dtypes
+
+    bits = np.arange(0, 65536, 257, dtype=np.uint16)          # NaN payloads included
+    snapops.save({"w": bits.view(ml_dtypes.bfloat16)}, tmp_path / "a.safetensors")
+    assert main(["convert", str(tmp_path / "a.safetensors"), str(tmp_path / "b.npz")]) == 0
+    assert main(["convert", str(tmp_path / "b.npz"), str(tmp_path / "c.safetensors")]) == 0
+    back = snapops.load(tmp_path / "c.safetensors")["w"]
+    assert back.dtype == ml_dtypes.bfloat16 and back.view(np.uint16).tobytes() == bits.tobytes()
+
+
+def test_compression_none_is_the_string_fold_accepts(tmp_path, capsys):
+    snapops.save(STATE, tmp_path / "s.npz")
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.fold"),
+                 "--option", "compression=none"]) == 0
+    assert snapops.load(tmp_path / "s.fold")["w"].tobytes() == STATE["w"].tobytes()
+    assert MARK.tobytes() * 4 in (tmp_path / "s.fold").read_bytes()      # stored raw
