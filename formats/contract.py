@@ -315,8 +315,6 @@ class SnapshotFormat(ABC):
         """What ``_save`` writes: arrays of native dtypes (others as same-width unsigned
         integers) and meta with gen/ts/build and the ``snapops_dtypes`` record."""
         snap = Snapshot.coerce(snapshot)
-        if "" in snap.arrays:
-            raise DataError(f"{self.title}: an array name must not be empty")
         caps = self.capabilities
         stored, record = (dict(snap.arrays), None) if caps.any_dtype else store_logical(
             snap.arrays, caps.native_dtypes, self.title, self.dtype_record_limit)
@@ -336,11 +334,11 @@ class SnapshotFormat(ABC):
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             raise error.located(os.fspath(path))
+        snap = self._load(os.fspath(path), opts)        # the reader's own errors first
         if verify and not self.load_verifies:
             report = self.verify(path, opts)
             if report.failure is not None:
                 raise report.failure
-        snap = self._load(os.fspath(path), opts)
         record = snap.meta.pop(DTYPE_META_KEY, None)
         try:
             arrays, note = restore_logical(snap.arrays, str(record) if record else None)
