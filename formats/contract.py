@@ -128,6 +128,7 @@ class VerifyOptions:
     identity: str | None = None     # age identity for armored files
     level: str = "full"             # AERO also knows "control"
     workers: int | None = None
+    limits: Any = None              # a limits.DeclaredLimits (None: the defaults)
 
 
 def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
@@ -135,7 +136,7 @@ def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
 
     >>> build_options(VerifyOptions, {"require_sig": True}, "verify")
     Traceback (most recent call last):
-    snapops.formats.errors.DataError: verify: unknown option 'require_sig' (did you mean require_signature?); allowed: hmac_key, trusted_keys, require_signature, require_hmac, wsum, identity, level, workers
+    snapops.formats.errors.DataError: verify: unknown option 'require_sig' (did you mean require_signature?); allowed: hmac_key, trusted_keys, require_signature, require_hmac, wsum, identity, level, workers, limits
     """
     allowed = [f.name for f in dataclasses.fields(kind)]
     for key in values:
@@ -291,6 +292,8 @@ class SnapshotFormat(ABC):
     capabilities: ClassVar[Capabilities]
     options_type: ClassVar[type] = SaveOptions
     dtype_record_limit: ClassVar[int | None] = None
+    # True when ``_load`` checks everything ``verify`` checks (no second pass needed)
+    load_verifies: ClassVar[bool] = False
 
     def sniff(self, head: bytes) -> bool:
         """True when ``head`` (the first bytes of a file) is this format's magic."""
@@ -321,14 +324,21 @@ class SnapshotFormat(ABC):
             meta[DTYPE_META_KEY] = record
         return Snapshot(stored, meta)
 
-    def load(self, path: str | os.PathLike, options: Any = None, **fields: Any) -> Snapshot:
-        """Every array with its logical dtype; what the format checks while reading is
-        checked (a demanded seal it cannot have fails closed)."""
+    def load(self, path: str | os.PathLike, options: Any = None, *, verify: bool = True,
+             **fields: Any) -> Snapshot:
+        """Every array with its logical dtype, or the first failed check: with ``verify``
+        (the default) every check ``verify`` makes holds before anything is returned, so a
+        corrupt file is never converted or trained on (a demanded seal the format cannot have
+        fails closed)."""
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} load")
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             raise error.located(os.fspath(path))
-        snap = self._load(os.fspath(path), opts)
+        snap = self._load(os.fspath(path), opts)        # the reader's own errors first
+        if verify and not self.load_verifies:
+            report = self.verify(path, opts)
+            if report.failure is not None:
+                raise report.failure
         record = snap.meta.pop(DTYPE_META_KEY, None)
         try:
             arrays, note = restore_logical(snap.arrays, str(record) if record else None)

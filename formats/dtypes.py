@@ -114,6 +114,10 @@ def encode_record(logical: Mapping[str, str], stored: Mapping[str, np.ndarray],
                       and dtype_name(a.dtype) == _UNSIGNED[width]]
         if sorted(same_width) == names:
             groups.append(f"{dtype}=*")
+        elif "" in names:        # "bf16=" would read back as no name at all
+            raise DataError(f"an array with an empty name and dtype {dtype} cannot be listed "
+                            "in the record of logical dtypes beside arrays of its stored "
+                            f"width; name it, or use {KEEPERS}")
         else:
             groups.append(f"{dtype}=" + ",".join(quote(n, safe="") for n in names))
     record = ";".join(groups)

@@ -325,7 +325,13 @@ def check_file(rec: LedgerLine, root: Path, allow_missing: bool,
     """Compare the snapshot file of ``rec`` with its entry (None when they agree)."""
     e, n = rec.entry, rec.line_no
     target = root / e.path
-    if not target.exists():
+    try:
+        exists = target.exists()
+    except OSError as exc:          # a name too long for the file system, a loop...
+        return LedgerError(f"snapshot {e.path} cannot be looked up", line=n, check="path",
+                           expected="a file path this file system can hold",
+                           got=exc.strerror or str(exc))
+    if not exists:
         if allow_missing:
             notes.append(f"line {n}: {e.path} is missing (allowed)")
             return None

@@ -4,7 +4,15 @@ An archive member declares its uncompressed size; a hostile one declares (or exp
 gigabytes from a few compressed megabytes (a "zip bomb"). ``check_member`` refuses, from the
 declarations alone, members larger than an absolute bound and members that expand more than
 a ratio beyond a small floor (small members may compress very well: an all-zero buffer
-deflates about 1000:1). ``check_declared`` bounds a size computed from a declared shape.
+deflates about 1000:1). ``check_declared`` bounds a size computed from a declared shape,
+``check_shape`` computes that size exactly (no int64 overflow) and also refuses more bytes
+than the file can hold; ``zstd_decompressor`` is every zstd reader's decoder, with a bounded
+window (each caller also bounds the output by what the file declares).
+
+>>> check_shape("w", (10**6, 10**6), 4, available=1 << 20)
+... # doctest: +IGNORE_EXCEPTION_DETAIL
+Traceback (most recent call last):
+LimitError: [limit] array w: expected at most 1048576 bytes (what the file holds) (...)
 
 >>> check_member("w.npy", declared=4_500_000_000, compressed=3_000_000)
 ... # doctest: +IGNORE_EXCEPTION_DETAIL
@@ -14,6 +22,8 @@ LimitError: [limit] array w.npy: expected at most 100x expansion (...)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import LimitError
@@ -27,6 +37,7 @@ class DeclaredLimits:
     max_bytes: int = 64 << 30
     max_expansion: float = 100.0
     expansion_floor: int = 64 << 20
+    max_zstd_window: int = 1 << 27      # zstd's own default; a frame asking more is refused
 
 
 DEFAULT_LIMITS = DeclaredLimits()
@@ -50,3 +61,29 @@ def check_member(name: str, *, declared: int, compressed: int,
                          expected=f"at most {limits.max_expansion:g}x expansion for members "
                                   f"over {limits.expansion_floor} bytes",
                          got=f"{declared} bytes from {compressed} compressed")
+
+
+def shape_nbytes(shape: Iterable[int], itemsize: int) -> int:
+    """The exact byte size of ``shape`` (Python integers: a hostile shape cannot overflow)."""
+    return math.prod(int(d) for d in shape) * int(itemsize)
+
+
+def check_shape(name: str, shape: Iterable[int], itemsize: int, *, available: int | None = None,
+                limits: DeclaredLimits = DEFAULT_LIMITS, path: str | None = None) -> int:
+    """The byte size of a declared shape, refused (before anything is allocated) when it
+    exceeds ``limits.max_bytes`` or ``available``, what the file can hold for it."""
+    shape = tuple(shape)
+    nbytes = shape_nbytes(shape, itemsize)
+    if available is not None and nbytes > available:
+        raise LimitError(path=path, array=name, check="limit",
+                         expected=f"at most {available} bytes (what the file holds)",
+                         got=f"{nbytes} bytes for shape {'x'.join(map(str, shape)) or 'scalar'}")
+    check_declared(name, nbytes, limits, path)
+    return nbytes
+
+
+def zstd_decompressor(limits: DeclaredLimits = DEFAULT_LIMITS):
+    """A zstandard decompressor refusing frames whose window exceeds ``max_zstd_window``."""
+    import zstandard
+
+    return zstandard.ZstdDecompressor(max_window_size=limits.max_zstd_window)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import tokenize
 import zipfile
 from typing import Any, BinaryIO
 
@@ -27,25 +28,27 @@ from .atomic import atomic_write_digest
 from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import DTYPES
 from .errors import DataError, FormatError, LimitError, TruncatedError
+from .limits import DEFAULT_LIMITS, DeclaredLimits, check_member, check_shape
 from .model import ArrayMapping, Snapshot
 from .report import Report
 
 META_MEMBER = "snapops.json"
 MAX_META = 1 << 20
 MAX_HEADER = 1 << 16
-DEFLATE_RATIO = 1032           # deflate's largest expansion: a bomb claims more than this
 # what zipfile and numpy raise on damaged archives (NotImplementedError: a compression
 # method a flipped bit invented)
 ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
               NotImplementedError, zipfile.LargeZipFile)
+# numpy's header parser (ast.literal_eval via tokenize) on hostile text
+NPY_HEADER_ERRORS = ZIP_ERRORS + (tokenize.TokenError, RecursionError, MemoryError)
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 class NpzArrays(ArrayMapping):
     """An open ``.npz``: member headers parsed; ``[name]`` reads one member (CRC checked)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, limits: DeclaredLimits = DEFAULT_LIMITS) -> None:
+        self.path, self.limits = path, limits
         try:
             self.zip = zipfile.ZipFile(path)
         except ZIP_ERRORS as exc:
@@ -56,27 +59,10 @@ class NpzArrays(ArrayMapping):
                             if i.filename.endswith(".npy")}
             self.names = sorted(self.members)
             self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
-            self.meta = self._read_meta()
+            self.meta = read_meta(self.zip, path)
         except BaseException:
             self.zip.close()
             raise
-
-    def _read_meta(self) -> dict:
-        info = next((i for i in self.zip.infolist() if i.filename == META_MEMBER), None)
-        if info is None:
-            return {}
-        if info.file_size > MAX_META:
-            raise LimitError(f"{META_MEMBER} too large", path=self.path,
-                             expected=f"<= {MAX_META} bytes", got=info.file_size)
-        data = self._read(info, MAX_META)
-        try:
-            meta = json.loads(data)
-        except ValueError as exc:
-            raise FormatError(f"{META_MEMBER} is not JSON", path=self.path) from exc
-        if not isinstance(meta, dict):
-            raise FormatError(f"{META_MEMBER} must hold an object", path=self.path,
-                              got=type(meta).__name__)
-        return meta
 
     def _read(self, info: zipfile.ZipInfo, limit: int, skip: int = 0) -> bytes:
         try:
@@ -99,24 +85,18 @@ class NpzArrays(ArrayMapping):
 
     def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
         info = self.members[name]
-        _check_declared(info, self.path)
-        fmt = np.lib.format
+        _check_declared(info, name, self.path, self.size, self.limits)
         try:
             with self.zip.open(info) as member:
-                version = fmt.read_magic(member)
-                reader = {(1, 0): fmt.read_array_header_1_0,
-                          (2, 0): fmt.read_array_header_2_0}.get(version)
-                if reader is None:
-                    raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
-                shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
-                offset = member.tell()
+                shape, fortran, dtype, offset = read_npy_header(member, self.path, name)
         except ZIP_ERRORS as exc:
-            raise FormatError("not a readable .npy member", path=self.path, array=name,
+            raise FormatError("damaged member", path=self.path, array=name,
                               got=str(exc)) from exc
         if dtype.hasobject or fortran:
             raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
                               path=self.path, array=name, got=str(dtype))
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = check_shape(name, shape, dtype.itemsize, available=info.file_size - offset,
+                             limits=self.limits, path=self.path)
         if nbytes + offset != info.file_size:
             raise FormatError("member size disagrees with its .npy header", path=self.path,
                               array=name, expected=str(nbytes + offset), got=info.file_size)
@@ -137,13 +117,57 @@ class NpzArrays(ArrayMapping):
         self.zip.close()
 
 
-def _check_declared(info: zipfile.ZipInfo, path: str) -> None:
-    """A member may not claim more bytes than its compressed size can expand to."""
-    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else \
-        info.compress_size * DEFLATE_RATIO + 1024
-    if info.file_size > limit:
-        raise LimitError("member claims more bytes than it can hold", path=path,
-                         array=info.filename, expected=f"<= {limit}", got=info.file_size)
+def read_meta(archive: zipfile.ZipFile, path: str) -> dict:
+    """The ``snapops.json`` member's object ({} without one), bounded by MAX_META."""
+    info = next((i for i in archive.infolist() if i.filename == META_MEMBER), None)
+    if info is None:
+        return {}
+    if info.file_size > MAX_META:
+        raise LimitError(f"{META_MEMBER} too large", path=path, expected=f"<= {MAX_META} bytes",
+                         got=info.file_size)
+    try:
+        with archive.open(info) as member:
+            meta = json.loads(member.read(MAX_META + 1))
+    except ZIP_ERRORS as exc:
+        raise FormatError(f"{META_MEMBER} is not readable JSON", path=path,
+                          got=str(exc)) from exc
+    except RecursionError as exc:
+        raise LimitError(f"{META_MEMBER} nests too deeply", path=path) from exc
+    if not isinstance(meta, dict):
+        raise FormatError(f"{META_MEMBER} must hold an object", path=path,
+                          got=type(meta).__name__)
+    return meta
+
+
+def read_npy_header(member: BinaryIO, path: str, name: str
+                    ) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Shape, Fortran order, dtype and data offset of the ``.npy`` stream ``member``, read
+    by numpy's header parser under a size bound; any malformed header is a FormatError."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(member)
+        reader = {(1, 0): fmt.read_array_header_1_0,
+                  (2, 0): fmt.read_array_header_2_0}.get(version)
+        if reader is None:
+            raise ValueError(f".npy version {version} (1.0 and 2.0 are read)")
+        shape, fortran, dtype = reader(member, max_header_size=MAX_HEADER)
+        return shape, fortran, dtype, member.tell()
+    except NPY_HEADER_ERRORS as exc:
+        raise FormatError(path=path, array=name,
+                          expected="a member starting with a readable .npy header",
+                          got=str(exc) or type(exc).__name__) from exc
+
+
+def _check_declared(info: zipfile.ZipInfo, name: str, path: str, archive_size: int,
+                    limits: DeclaredLimits) -> None:
+    """A stored member holds what it stores; a compressed one may not claim more than
+    ``limits`` allow (see :mod:`.limits`), checked before a byte is decompressed."""
+    compressed = min(info.compress_size, archive_size)
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size > compressed:
+        raise LimitError("stored member claims more bytes than it holds", path=path,
+                         array=name, expected=f"<= {compressed}", got=info.file_size)
+    check_member(name, declared=info.file_size, compressed=compressed, limits=limits,
+                 path=path)
 
 
 def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
@@ -163,6 +187,7 @@ def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
 
 class Npz(SnapshotFormat):
     name = "npz"
+    load_verifies = True     # every member's CRC-32 (its only integrity data) is checked on read
     title = "npz"
     suffixes = (".npz",)
     capabilities = Capabilities(
@@ -171,12 +196,16 @@ class Npz(SnapshotFormat):
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
         _json_meta(snapshot.meta)
+        for name in snapshot.arrays:
+            if "\x00" in name:     # zip cuts a member name at NUL: the array would vanish
+                raise DataError(f"npz: array name {name!r} holds a NUL byte, which zip "
+                                "member names cannot")
         with atomic_write_digest(path, stable=True) as out:
             write_npz(out, snapshot)
         return self.result(path, snapshot, out.size, out.hexdigest())
 
     def _load(self, path: str, options: VerifyOptions) -> Snapshot:
-        with NpzArrays(path) as archive:
+        with NpzArrays(path, options.limits or DEFAULT_LIMITS) as archive:
             return Snapshot({n: archive[n] for n in archive.names}, dict(archive.meta))
 
     def _open(self, path: str) -> tuple[ArrayMapping, dict]:

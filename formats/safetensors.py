@@ -172,6 +172,9 @@ class Safetensors(SnapshotFormat):
             struct.unpack("<Q", head[:8])[0] <= MAX_HEADER
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
+        if "__metadata__" in snapshot.arrays:
+            raise DataError("safetensors: an array cannot be called __metadata__ (the "
+                            "format's metadata key)")
         try:
             header, order = plan(snapshot)
         except (TypeError, ValueError) as exc:

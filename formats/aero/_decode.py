@@ -13,6 +13,7 @@ import msgpack
 import zstandard
 
 from ..errors import FormatError, LimitError
+from ..limits import zstd_decompressor
 from . import _spec as S
 
 _READ_STEP = 1 << 20
@@ -36,7 +37,7 @@ def unzstd(stored, ulen: int, *, chunk: str) -> bytes:
                           expected=f"{ulen} bytes", got=declared)
     out = bytearray()
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
+        reader = zstd_decompressor().stream_reader(stored, read_across_frames=True)
         with reader:
             while len(out) <= ulen:
                 piece = reader.read(min(_READ_STEP, ulen + 1 - len(out)))

@@ -15,6 +15,7 @@ from typing import Iterator
 import zstandard
 
 from ..errors import ChecksumError, FormatError, LimitError, TruncatedError, UnsupportedVersionError
+from ..limits import zstd_decompressor
 from . import _spec as S
 
 
@@ -172,7 +173,7 @@ def _decompress(data: memoryview, block: Block, need: int) -> bytes:
         if 0 <= declared < need:
             raise FormatError("zstd frame smaller than its arrays", **where,
                               expected=f">= {need}", got=declared, check="zstd")
-        inflater = zstandard.ZstdDecompressor().decompressobj()
+        inflater = zstd_decompressor().decompressobj()
         out = inflater.decompress(data)
     except zstandard.ZstdError as exc:
         raise FormatError(f"zstd: {exc}", **where, expected="a zstd frame",

@@ -60,6 +60,7 @@ class FoldOptions(SaveOptions):
 
 class Fold(SnapshotFormat):
     name = "fold"
+    load_verifies = True     # every chunk's CRC32C and SHA-256 are checked as it is read
     title = "FOLD"
     suffixes = (".fold", ".mind")
     capabilities = Capabilities(

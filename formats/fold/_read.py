@@ -19,6 +19,7 @@ import numpy as np
 import zstandard
 
 from ..errors import ChecksumError, FormatError
+from ..limits import zstd_decompressor
 from ..integrity import crc32c
 from ..model import ArrayMapping, Snapshot
 from . import _arrays as A
@@ -337,7 +338,7 @@ class _SizeMismatch(Exception):
 
 def _unzstd(comp, out: np.ndarray | None, size: int) -> int:
     """Decompress into ``out`` (or count), refusing anything but exactly ``size`` bytes."""
-    reader = zstandard.ZstdDecompressor().stream_reader(comp, read_size=1 << 20,
+    reader = zstd_decompressor().stream_reader(comp, read_size=1 << 20,
                                                         read_across_frames=True)
     with reader:
         if out is not None:

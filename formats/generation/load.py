@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -29,6 +30,7 @@ import numpy as np
 
 from snapops.formats.dtypes import numpy_dtype
 from snapops.formats.errors import DataError, FormatError
+from snapops.formats.limits import check_shape
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
 
@@ -47,14 +49,16 @@ def load_from_source(source: Source, run: str, *, verify: bool = True,
         if not report.ok:
             raise report.failure
     _, manifest = read_manifest(source, run)
-    arrays = assemble(source, run, manifest, options.identity)
+    arrays = assemble(source, run, manifest, options.identity, verified=verify)
     h = manifest.header
     return Snapshot(arrays, {"run": h.run, "gen": h.gen, "ts": h.ts, "build": h.build,
                              "keyid": h.keyid, "format": h.format})
 
 
-def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dict[str, np.ndarray]:
-    """Every array of ``manifest``; single-part arrays stay the reader's (mapped) arrays."""
+def assemble(source: Source, run: str, manifest: Manifest, identity=None, *,
+             verified: bool = False) -> dict[str, np.ndarray]:
+    """Every array of ``manifest``; single-part arrays stay the reader's (mapped) arrays.
+    Each shard is verified as it is loaded unless the generation was (``verified``)."""
     by_shard: dict[str, list[ArrayRecord]] = {}
     for array in manifest.arrays:
         for part in array.parts:
@@ -67,7 +71,7 @@ def assemble(source: Source, run: str, manifest: Manifest, identity=None) -> dic
         for shard_path, records in by_shard.items():
             wsum = f"{folder}/{wsums[shard_path]}" if shard_path in wsums else None
             with _plain(source, f"{folder}/{shard_path}", wsum, identity, Path(tmp)) as local:
-                loaded = _load_shard(local, formats[shard_path])
+                loaded = _load_shard(local, formats[shard_path], verify=not verified)
             for array in records:
                 _place(array, shard_path, loaded, out)
     return out
@@ -99,8 +103,8 @@ def _plain(source: Source, path: str, wsum: str | None, identity, tmp: Path):
             Path(f"{plain}.wsum").unlink(missing_ok=True)
 
 
-def _load_shard(local: Path, fmt: str) -> dict[str, np.ndarray]:
-    return dict(handler(fmt).load(str(local)).arrays)
+def _load_shard(local: Path, fmt: str, verify: bool) -> dict[str, np.ndarray]:
+    return dict(handler(fmt).load(str(local), verify=verify).arrays)
 
 
 def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
@@ -109,15 +113,24 @@ def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
     for part in array.parts:
         if part.shard != shard:
             continue
-        piece = loaded[part.key]
+        piece = loaded.get(part.key)
+        extent = tuple(hi - lo for lo, hi in part.box)
+        if (piece is None or logical is None or piece.dtype.itemsize != logical.itemsize
+                or piece.size != math.prod(extent)):
+            raise FormatError("the shard does not hold this part as the MANIFEST describes it "
+                              "(load with verify to find out why)", path=shard,
+                              array=array.name, expected=f"{part.key}: {array.dtype} {extent}",
+                              got="missing" if piece is None else f"{piece.dtype} {piece.shape}")
         if piece.dtype != logical:
             piece = piece.view(logical)  # same width: the format stored the bits as uint
-        extent = tuple(hi - lo for lo, hi in part.box)
         if len(array.parts) == 1:
             out[array.name] = piece.reshape(extent)
             continue
         target = out.get(array.name)
         if target is None:
+            parts = sum(math.prod(hi - lo for lo, hi in p.box) for p in array.parts)
+            check_shape(array.name, array.shape, logical.itemsize,
+                        available=parts * logical.itemsize, path=shard)
             target = out[array.name] = np.empty(array.shape, logical)
         target[tuple(slice(lo, hi) for lo, hi in part.box)] = piece.reshape(extent)
 

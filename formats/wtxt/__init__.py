@@ -44,6 +44,7 @@ __all__ = ["FORMAT", "Wtxt", "WtxtOptions", "save", "write", "load", "open_lazy"
 
 class Wtxt(SnapshotFormat):
     name = "wtxt"
+    load_verifies = True     # load_stored checks everything verify checks
     title = "WTXT"
     suffixes = (".wtxt",)
     capabilities = Capabilities(

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import FormatError, TruncatedError
 from ._chunks import BATCH_BYTES, ChunkReader, check_ch_line, decode_run
-from ._grammar import ArrLine, MAX_LINE, grammar_error, lines_for
+from ._grammar import AUDIT_RE, MAX_LINE, ArrLine, grammar_error, lines_for
 from ._heads import RunHeads
 from ._lines import HEX_VALUE, body_len, decode_bodies_unchecked
 from ._parse import ArrayInfo, Header, read_array_head, read_header, read_sign
@@ -150,7 +150,9 @@ class WtxtIndex:
             no, line = reader.readline()
         self.audit: bytes | None = None          # the audit line without LF
         if line.startswith(b"audit "):
-            self.audit = line
+            if not AUDIT_RE.fullmatch(bytes(line)):
+                raise grammar_error(no, "an audit line of KEY=VALUE pairs (ASCII)", line)
+            self.audit = bytes(line)
             no, line = reader.readline()
         if line != b"endwtxt":
             raise grammar_error(no, "arr, audit or endwtxt", line)

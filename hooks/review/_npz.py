@@ -3,7 +3,8 @@
 ``snapops textconv`` runs on untrusted pull-request content, so every size a member declares
 is checked before a byte is decompressed: the zip directory's uncompressed size against an
 absolute bound and an expansion ratio (``snapops.formats.limits``), the npy header (at most
-10,000 bytes, no pickled dtypes) and its shape, whose bytes must tile the member exactly.
+64 KiB, read by ``snapops.formats.npz.read_npy_header``; no pickled dtypes) and its shape,
+whose bytes must tile the member exactly.
 Elements are then streamed in the order review asks for them, through a look-back window of
 a few MiB (two worker threads may ask for neighbouring blocks out of order), so a diff holds
 a bounded amount of memory whatever the member's size.
@@ -21,10 +22,10 @@ import numpy as np
 
 from snapops.formats.errors import FormatError
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared, check_member
+from snapops.formats.npz import META_MEMBER, read_npy_header
 
 READ_BYTES = 1 << 20
 KEEP_BYTES = 16 << 20            # look-back window per member
-MAX_HEADER = 10_000
 # A zip member that cannot be read: corrupt, encrypted, an unsupported method or too short.
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError,
                NotImplementedError, ValueError)
@@ -42,6 +43,8 @@ def npz_members(path: str, limits: DeclaredLimits = DEFAULT_LIMITS
         size = os.path.getsize(path)
         members = {}
         for info in archive.infolist():
+            if info.filename == META_MEMBER:        # snapops' metadata: see read_meta
+                continue
             if not info.filename.endswith(".npy"):
                 raise FormatError(path=path, expected="only .npy members", got=info.filename)
             member = NpzMember(archive, info, path, size, limits)
@@ -84,11 +87,7 @@ class NpzMember:
     def _header(self):
         try:
             with self.archive.open(self.info) as f:
-                version = np.lib.format.read_magic(f)
-                reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
-                shape, fortran, dtype = reader(f, max_header_size=MAX_HEADER)
-                return shape, fortran, dtype, f.tell()
+                return read_npy_header(f, self.path, self.name)
         except _ZIP_ERRORS as exc:
             raise FormatError(path=self.path, array=self.name,
                               expected="a member starting with a readable .npy header",

@@ -13,6 +13,7 @@ WTXT reader (``snapops verify`` and the hooks do that). Malformed text still rai
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from snapops.formats.errors import DataError, FormatError
+from snapops.formats.errors import FormatError, TruncatedError
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
 from snapops.formats.model import le_contiguous
 from snapops.formats.registry import detect
@@ -209,13 +210,31 @@ def _nbytes(dtype, shape) -> int:
 
 def _open_npz(path: str, rows_per_block: int | None, limits: DeclaredLimits
               ) -> SnapshotSource:
+    """Members streamed; snapops' metadata member gives the meta lines and the logical
+    dtypes of arrays stored as same-width unsigned integers (bf16 shows as bf16)."""
+    from snapops.formats.dtypes import DTYPE_META_KEY, DTYPES, decode_record
+    from snapops.formats.npz import read_meta
+
     archive, members = npz_members(path, limits)
     source = SnapshotSource("npz", {}, [])
     source.closers.append(archive.close)
+    try:
+        meta = read_meta(archive, path)
+        record = meta.pop(DTYPE_META_KEY, None)
+        logical = decode_record(str(record), {n: np.empty(0, m.dtype) for n, m in
+                                              members.items()}) if record else {}
+    except FormatError as exc:
+        archive.close()
+        raise exc.located(path) from None
+    source.meta = {k: _text(v) for k, v in meta.items()}
     for name, member in members.items():
+        dtype, read = member.dtype, member.read
+        if name in logical:
+            dtype = DTYPES[logical[name]]
+            read = _viewed(member.read, dtype)
         source.arrays[name] = ArraySource(
-            name, member.dtype, member.shape,
-            default_layout(member.shape, member.dtype.itemsize, rows_per_block), member.read,
+            name, dtype, member.shape,
+            default_layout(member.shape, dtype.itemsize, rows_per_block), read,
             release=member.release)
     return source
 
@@ -229,6 +248,10 @@ def arrays_source(format: str, arrays: dict[str, np.ndarray], meta: dict[str, st
         source.arrays[name] = _ndarray_source(name, array.dtype, array.shape, arrays.__getitem__,
                                               rows_per_block)
     return source
+
+
+def _viewed(read: Callable[[int, int], np.ndarray], dtype: np.dtype):
+    return lambda start, stop: read(start, stop).view(dtype)
 
 
 def _ndarray_source(name: str, dtype, shape, getter, rows_per_block) -> ArraySource:
@@ -261,55 +284,61 @@ def _lazy_access(path: str, handler):
 
 def _open_safetensors(path: str, rows_per_block: int | None, limits: DeclaredLimits
                       ) -> SnapshotSource:
-    """Tensors read row range by row range (``get_slice``): bounded memory per block."""
-    from safetensors import SafetensorError, safe_open
+    """Tensors read block by block with ``pread`` (bounded memory), after snapops' own header
+    check (every dtype, BF16 and float8 too; extents tile the data exactly); arrays stored
+    as same-width unsigned integers show their logical dtype."""
+    from snapops.formats.dtypes import DTYPE_META_KEY, DTYPES, decode_record
+    from snapops.formats.safetensors import MAX_HEADER, parse_header
 
     try:
-        handle = safe_open(path, framework="np")
-        slices = {name: handle.get_slice(name) for name in handle.keys()}
-        shapes = {name: (_st_dtype(piece.get_dtype(), path, name), tuple(piece.get_shape()))
-                  for name, piece in slices.items()}
-        meta = handle.metadata() or {}
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
-        raise FormatError("not a readable .safetensors file", path=path, got=str(exc)) from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror}", path=path, check="io") from exc
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 8, 0)
+        length = int.from_bytes(head, "little") if len(head) == 8 else 0
+        head += os.pread(fd, min(length, MAX_HEADER, max(size - 8, 0)), 8)
+        entries, meta, data_start = parse_header(head, size, path)
+        meta = dict(meta)
+        record = meta.pop(DTYPE_META_KEY, None)
+        logical = decode_record(record, {n: np.empty(0, e[0]) for n, e in entries.items()}) \
+            if record else {}
+    except FormatError as exc:
+        os.close(fd)
+        raise exc.located(path) from None
+    except BaseException:
+        os.close(fd)
+        raise
     source = SnapshotSource("safetensors", {k: _text(v) for k, v in meta.items()}, [])
-    for name, (dtype, shape) in shapes.items():
+    source.closers.append(lambda: os.close(fd))
+    for name, (stored, shape, begin, _) in entries.items():
+        dtype = DTYPES[logical[name]] if name in logical else stored
         check_declared(name, _nbytes(dtype, shape), limits, path)
         source.arrays[name] = ArraySource(
             name, dtype.newbyteorder("="), shape,
             default_layout(shape, dtype.itemsize, rows_per_block),
-            _row_reader(handle, slices[name], name, shape, path))
+            _range_reader(fd, data_start + begin, math.prod(shape), stored, dtype, path, name))
     return source
 
 
-def _row_reader(handle, piece, name: str, shape: tuple[int, ...], path: str):
-    """``read(start, stop)`` of a safetensors tensor through the rows that hold the range."""
-    from safetensors import SafetensorError
-
-    row = int(np.prod(shape[1:], dtype=object)) if len(shape) > 1 else 1
+def _range_reader(fd: int, at: int, count: int, stored: np.dtype, dtype: np.dtype, path: str,
+                  name: str):
+    """``read(start, stop)`` of elements (as a slice of the ``count`` elements would) of a
+    tensor whose data starts at byte ``at``."""
+    size = stored.itemsize
 
     def read(start: int, stop: int) -> np.ndarray:
-        try:
-            if not shape:
-                return np.asarray(handle.get_tensor(name)).reshape(-1)[start:stop]
-            first, last = start // row, -(-stop // row)
-            rows = np.asarray(piece[first:last]).reshape(-1)
-        except (SafetensorError, OSError, ValueError, TypeError) as exc:
-            raise FormatError("safetensors tensor cannot be read", path=path, array=name,
-                              got=str(exc)) from exc
-        return rows[start - first * row:stop - first * row]
+        start, stop, _ = slice(start, stop).indices(count)
+        want = max(stop - start, 0) * size
+        data = os.pread(fd, want, at + start * size)
+        if len(data) != want:
+            raise TruncatedError(path=path, array=name, expected=f"{want} bytes",
+                                 got=len(data))
+        values = np.frombuffer(data, stored)
+        values = values.view(dtype) if dtype != stored else values
+        return values.astype(values.dtype.newbyteorder("="), copy=False)
     return read
-
-
-_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
-              "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
-              "BOOL": "?"}
-
-
-def _st_dtype(name: str, path: str, array: str) -> np.dtype:
-    if name not in _ST_DTYPES:
-        raise DataError(f"{path}: array {array!r}: dtype {name} has no numpy equivalent")
-    return np.dtype(_ST_DTYPES[name])
 
 
 def _text(value: Any) -> str:

@@ -2,13 +2,15 @@
 
 Each subcommand lives in its own module exposing ``register(subparsers)``; the module list
 below is the only place that knows them all. Exit codes: 0 ok, 1 verification failed,
-2 usage/input/config error, 130 interrupted.
+2 usage/input/config error, 130 interrupted. Every failure is one line on stderr, never a
+traceback (``SNAPOPS_DEBUG=1`` re-raises an unexpected one, as the fuzzer does).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from snapops.formats.errors import SnapopsError
@@ -71,3 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except OSError as exc:           # a missing folder, a full disk, a permission
+        report_error(exc)
+        return EXIT_INPUT
+    except Exception as exc:         # a bug, but still one line; SNAPOPS_DEBUG=1 shows where
+        if os.environ.get("SNAPOPS_DEBUG") == "1":
+            raise
+        report_error(f"internal error ({type(exc).__name__}: {exc}); please report it, "
+                     "with SNAPOPS_DEBUG=1 for the traceback")
+        return EXIT_INPUT

@@ -1,9 +1,13 @@
-"""Helpers shared by the CLI commands: exit codes, error printing, parsers for sizes."""
+"""Helpers shared by the CLI commands: exit codes, error printing, parsers for sizes,
+progress bars."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from typing import Callable, Iterator
 
 EXIT_OK = 0
 EXIT_VERIFY_FAILED = 1
@@ -19,7 +23,7 @@ class CommandFailed(Exception):
         self.code = code
 
 
-def report_error(exc: BaseException) -> None:
+def report_error(exc: BaseException | str) -> None:
     print(f"snapops: error: {exc}", file=sys.stderr)
 
 
@@ -65,3 +69,31 @@ def parse_size(text: str) -> int:
         return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int | None = None, *, unit: str = "B",
+                 enabled: bool = True) -> Iterator[Callable[[int], object] | None]:
+    """A tqdm counter on stderr, only when stderr is a terminal and ``enabled`` (commands
+    pass ``not args.json``); yields its ``update``, or None when nothing is drawn."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=label, file=sys.stderr,
+              leave=False) as bar:
+        yield bar.update
+
+
+def file_progress(path: str, label: str) -> contextlib.AbstractContextManager:
+    """A byte counter over the regular file ``path`` (none for ``-`` or a pipe)."""
+    if path == "-" or not os.path.isfile(path):
+        return contextlib.nullcontext()
+    return progress_bar(label, os.path.getsize(path))
+
+
+def step(update: Callable[[int], object] | None, amount: int = 1) -> None:
+    """Advance a bar from :func:`progress_bar` (no-op when none is drawn)."""
+    if update is not None:
+        update(amount)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from snapops.formats.contract import parse_option_texts
-from snapops.formats.registry import detect, handler, handler_for_suffix
+from snapops.formats.registry import detect, handler, handler_for_suffix, verify_any
 
-from ._common import add_command
+from ._common import EXIT_VERIFY_FAILED, add_command, progress_bar, report_error, step
+from .review import add_limit_options, limits_from
 
 # flag dest -> writer option; only flags given on the command line are passed, so a flag the
 # target format does not take is refused by its options class (naming the allowed ones)
@@ -46,8 +47,18 @@ def run(args) -> int:
     source = detect(args.src)
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
     options = target.options(**writer_fields(args, target))
-    snapshot = source.load(args.src)
-    result = target.save(snapshot, args.dst, options)
+    limits = limits_from(args)
+    with progress_bar("convert", total=3, unit="step") as progress:
+        if not args.no_verify:
+            report = verify_any(args.src, limits=limits)
+            if report.failure is not None:
+                report_error(report.failure)
+                return EXIT_VERIFY_FAILED
+        step(progress)
+        snapshot = source.load(args.src, verify=False, limits=limits)
+        step(progress)
+        result = target.save(snapshot, args.dst, options)
+        step(progress)
     extra = f" merkle_this={result.merkle_this}" if result.merkle_this else ""
     print(f"wrote {result.path} ({target.name}, {result.arrays} arrays, "
           f"{result.raw_bytes} raw bytes, sha256={result.sha256}){extra}")
@@ -61,7 +72,9 @@ def register(sub) -> None:
                     ".pycauset, .finf) to another format. The output is written atomically; "
                     "arrays keep their dtype, bits and names (a dtype the target does not "
                     "define is stored as the same-width unsigned integer and recorded in the "
-                    "file's metadata) or the conversion is refused.",
+                    "file's metadata) or the conversion is refused. The input is verified "
+                    "first (every check of snapops verify: checksums, hashes, structure); a "
+                    "corrupt input is refused (exit 1) and nothing is written.",
         example="snapops convert state.pt state.wtxt --gen 12 --ts 2026-01-02T03:04:05Z "
                 "--row-blocking --hmac-key keys/hmac.key --sign-key keys/signing.key",
         func=run)
@@ -72,4 +85,8 @@ def register(sub) -> None:
                    help="writer option of the target format, typed by its options class, e.g. "
                         "checksum=true (FINF), compression=none, ecc=rs(32) (FOLD), "
                         "shard_max=1073741824 (AERO)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip verifying the input (e.g. to salvage a damaged file whose "
+                        "damage you know); the format's own read checks still apply")
+    add_limit_options(p)
     add_writer_options(p)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from snapops.formats import armor
 from snapops.formats.errors import KeyMaterialError
 
-from ._common import EXIT_INPUT, EXIT_OK, add_command, report_error
-from .encrypt import passphrase_from_env, progress_bar
+from ._common import EXIT_INPUT, EXIT_OK, add_command, file_progress, report_error
+from .encrypt import passphrase_from_env
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def run(args) -> int:
     if passphrase is None and not args.identity:
         raise KeyMaterialError("give --identity or --passphrase-env")
     try:
-        with progress_bar(args.input, "decrypt") as progress:
+        with file_progress(args.input, "decrypt") as progress:
             armor.decrypt_file(args.input, args.output, args.identity or None,
                                passphrase=passphrase, progress=progress)
     except BrokenPipeError:

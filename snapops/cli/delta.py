@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from snapops.formats.wtxt.delta import apply_delta, make_delta
 
-from ._common import add_command, add_group
+from ._common import add_command, add_group, file_progress, step
 
 
 def _keys(args) -> dict:
@@ -12,7 +14,9 @@ def _keys(args) -> dict:
 
 
 def run_make(args) -> int:
-    stats = make_delta(args.base, args.target, args.out, **_keys(args))
+    with file_progress(args.target, "delta make") as progress:
+        stats = make_delta(args.base, args.target, args.out, **_keys(args))
+        step(progress, os.path.getsize(args.target))
     share = stats.delta_bytes / stats.target_bytes * 100 if stats.target_bytes else 0.0
     print(f"wrote {args.out}: {stats.chunks_changed}/{stats.chunks_total} chunks changed in "
           f"{stats.arrays_carried} arrays, {stats.delta_bytes} bytes "
@@ -21,7 +25,9 @@ def run_make(args) -> int:
 
 
 def run_apply(args) -> int:
-    apply_delta(args.base, args.delta, args.out, **_keys(args))
+    with file_progress(args.base, "delta apply") as progress:
+        apply_delta(args.base, args.delta, args.out, **_keys(args))
+        step(progress, os.path.getsize(args.base))
     print(f"wrote {args.out} (verified)")
     return 0
 

@@ -8,7 +8,7 @@ import sys
 
 from snapops.formats.errors import ConfigError
 
-from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command
+from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command, progress_bar
 from .review import add_generation_options, add_limit_options, limits_from, thresholds_from
 
 
@@ -27,7 +27,7 @@ def run(args) -> int:
         print("snapops diff: --manifest-only compares generations (snapshots/<run>, two "
               "MANIFESTs, or two <run>/gen-N tags)", file=sys.stderr)
         return EXIT_INPUT
-    with _progress() as progress:
+    with progress_bar("diff", enabled=args.format != "json") as progress:
         options = dict(threads=args.threads, rows_per_block=args.rows_per_block,
                        progress=progress, limits=limits_from(args))
         report = diff_git(*args.git, **options) if args.git else diff_paths(*args.files,
@@ -95,24 +95,6 @@ def run_generation(args, target) -> int:
                  lambda path: f"{plot_generation([review], path, title=args.title)['rows']} "
                               "tensors",
                  any(row.status != "unchanged" for row in review.rows))
-
-
-class _progress:
-    """A tqdm byte counter on stderr when it is a terminal (else nothing)."""
-
-    def __enter__(self):
-        self.bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(unit="B", unit_scale=True, desc="diff", file=sys.stderr,
-                            leave=False)
-            return self.bar.update
-        return None
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def register(sub) -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from typing import Iterator
 
 from snapops.formats import armor
 from snapops.formats.errors import KeyMaterialError
 
-from ._common import EXIT_INPUT, EXIT_OK, add_command, report_error
+from ._common import EXIT_INPUT, EXIT_OK, add_command, file_progress, report_error
 
 
 def register(sub) -> None:
@@ -44,19 +41,6 @@ def passphrase_from_env(var: str | None) -> str | None:
     return value
 
 
-@contextlib.contextmanager
-def progress_bar(path: str, label: str) -> Iterator:
-    """A tqdm byte counter on stderr for a regular file on a terminal; None otherwise."""
-    if path == "-" or not os.path.isfile(path) or not sys.stderr.isatty():
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, desc=label,
-              file=sys.stderr, leave=False) as bar:
-        yield bar.update
-
-
 def run(args) -> int:
     passphrase = passphrase_from_env(args.passphrase_env)
     recipients = list(args.recipient)
@@ -65,7 +49,7 @@ def run(args) -> int:
     if passphrase is None and not recipients:
         raise KeyMaterialError("give --recipient, --recipients-file or --passphrase-env")
     try:
-        with progress_bar(args.input, "encrypt") as progress:
+        with file_progress(args.input, "encrypt") as progress:
             armor.encrypt_file(args.input, args.output, recipients, passphrase=passphrase,
                                progress=progress)
     except BrokenPipeError:

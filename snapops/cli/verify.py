@@ -16,7 +16,7 @@ from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
 from ._common import (EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command,
-                      add_key_options)
+                      add_key_options, progress_bar, step)
 
 MANIFEST_NAME = "MANIFEST"
 
@@ -105,12 +105,15 @@ def run(args) -> int:
     if not args.files:
         return _usage("give FILE..., REPO --run R, a MANIFEST, or --ci --range BASE..HEAD")
     reports = []
-    for path in args.files:
-        if Path(path).name == MANIFEST_NAME:
-            root, run_name = around_manifest(path)
-            reports.append(verify_generation_at(root, run_name, None, args))
-        else:
-            reports.append(verify_one(path, args))
+    sizes = [os.path.getsize(p) if os.path.isfile(p) else 0 for p in args.files]
+    with progress_bar("verify", sum(sizes), enabled=not args.json) as progress:
+        for path, size in zip(args.files, sizes):
+            if Path(path).name == MANIFEST_NAME:
+                root, run_name = around_manifest(path)
+                reports.append(verify_generation_at(root, run_name, None, args))
+            else:
+                reports.append(verify_one(path, args))
+            step(progress, size)
     return print_reports(reports, args.json)
 
 

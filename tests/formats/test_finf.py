@@ -517,14 +517,16 @@ ENTRY = "  w: !ndarray {source: 0, dtype: uint8, byteorder: little, shape: [4]}\
     ({"encoding": b"lz4"}, UnsupportedVersionError),
     ({"encoding": b"zstd\0x"}, FormatError),
     ({"magic": b"\x89BLX"}, FormatError),
-    ({"checksum": 12345}, None),                      # load does not hash; verify does
+    ({"checksum": 12345}, None),          # the reader does not hash; verify (and load) do
 ])
 def test_absurd_block_headers(tmp_path, fields, error):
     path = tmp_path / "x.finf"
     path.write_bytes(make_file(tree_with(ENTRY), [(b"abcd", fields)]))
     if error is None:
-        finf.load(path)
+        finf.load(path, verify=False)
         assert isinstance(finf.verify(path).failure, ChecksumError)
+        with pytest.raises(ChecksumError):
+            finf.load(path)
         return
     assert isinstance(_bounded(lambda: finf.load(path)), error)
 

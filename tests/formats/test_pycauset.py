@@ -572,9 +572,11 @@ def test_verify_catches_payload_flip(tmp_path):
     data = bytearray(path.read_bytes())
     data[4096 + 3] ^= 0x10
     path.write_bytes(data)
-    pc.load(path)                                     # opening never reads the payload
+    pc.load(path, verify=False)                       # opening never reads the payload
     report = pc.verify(path)
     assert not report.ok and report.failure.check == "payload_crc32c"
+    with pytest.raises(FormatError, match=r"\[payload_crc32c\]"):
+        pc.load(path)                                 # loading verifies first
 
 
 def test_verify_catches_nonzero_padding(tmp_path):

@@ -1,0 +1,158 @@
+"""Mutations of a seed file: bit flips, byte insertions and deletions, truncation, splices,
+interesting integers written over header fields, and (for text formats) numbers, lines and
+non-ASCII bytes. Deterministic: case ``index`` of target ``target`` under run seed ``seed``
+is always the same bytes, so a finding is reproduced from three values.
+
+>>> a = mutate(b"WTXT 1\\nmeta gen=000001\\n", seed=7, target="wtxt", index=3)
+>>> a == mutate(b"WTXT 1\\nmeta gen=000001\\n", seed=7, target="wtxt", index=3)
+True
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+import struct
+import zipfile
+
+# values that sit on the edges of the integer types headers use
+INTERESTING = (0, 1, 2, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 1023, 1024, 4095,
+               4096, 65535, 65536, 10**6, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**53,
+               2**62, 2**63 - 1, 2**63, 2**64 - 1)
+DECIMALS = (b"0", b"-1", b"1", b"999999999999999999999999", b"4294967296", b"1e400", b"nan",
+            b"-0", b"00000000000000000000000000000000001", b"18446744073709551616",
+            b"1000000,1000000", b"9" * 400)
+ODD_BYTES = (b"\x00", b"\xff", b"\xe9", b"\xc3\xa9", b"\n", b"\r\n", b" ", b"=", b",", b"[",
+             b"{", b"\"", b"\\", b"%", b"\x80")
+_DIGITS = re.compile(rb"\d+")
+
+
+def mutate(data: bytes, *, seed: int, target: str, index: int, text: bool = False) -> bytes:
+    """One to three stacked mutations of ``data`` (text-aware ones too when ``text``)."""
+    rng = random.Random(f"{seed}:{target}:{index}")
+    out = bytearray(data)
+    ops = BINARY_OPS + (TEXT_OPS if text else ())
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        rng.choice(ops)(out, rng)
+    return bytes(out)
+
+
+def mutate_member(data: bytes, *, seed: int, target: str, index: int) -> bytes:
+    """Mutate one member of the zip ``data`` and zip it again with correct CRCs, so readers
+    get past the archive's integrity data to the member's own parser (npy headers, torch's
+    pickle); JSON and pickle members get the text mutations too."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    victim = random.Random(f"{seed}:{target}:{index}:member").randrange(len(members))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for i, (info, body) in enumerate(members):
+            if i == victim:
+                body = mutate(body, seed=seed, target=target, index=index,
+                              text=info.filename.endswith((".json", ".pkl")))
+            archive.writestr(info, body)
+    return out.getvalue()
+
+
+def _at(out: bytearray, rng: random.Random, room: int = 1) -> int:
+    """An offset, biased towards the start where headers live."""
+    limit = max(len(out) - room, 0)
+    if limit == 0:
+        return 0
+    if rng.random() < 0.5:
+        return rng.randrange(min(limit, 256))
+    return rng.randrange(limit)
+
+
+def flip_bits(out: bytearray, rng: random.Random) -> None:
+    for _ in range(rng.choice((1, 1, 2, 4))):
+        if out:
+            out[_at(out, rng)] ^= 1 << rng.randrange(8)
+
+
+def set_byte(out: bytearray, rng: random.Random) -> None:
+    if out:
+        out[_at(out, rng)] = rng.choice((0, 0xFF, 0x7F, 0x80, rng.randrange(256)))
+
+
+def insert_bytes(out: bytearray, rng: random.Random) -> None:
+    at = _at(out, rng, 0)
+    out[at:at] = rng.choice((bytes(rng.randrange(256) for _ in range(rng.randrange(1, 17))),
+                             rng.choice(ODD_BYTES)))
+
+
+def delete_bytes(out: bytearray, rng: random.Random) -> None:
+    if out:
+        at = _at(out, rng)
+        del out[at:at + rng.choice((1, 2, 4, 8, rng.randrange(1, 512)))]
+
+
+def truncate(out: bytearray, rng: random.Random) -> None:
+    del out[rng.randrange(len(out) + 1):]
+
+
+def splice(out: bytearray, rng: random.Random) -> None:
+    """Copy a range of the file over (or into) another place: a duplicated header, a
+    repeated record, a chunk moved."""
+    if len(out) < 2:
+        return
+    start = rng.randrange(len(out))
+    piece = bytes(out[start:start + rng.randrange(1, 256)])
+    at = _at(out, rng)
+    if rng.random() < 0.5:
+        out[at:at + len(piece)] = piece
+    else:
+        out[at:at] = piece
+
+
+def interesting_int(out: bytearray, rng: random.Random) -> None:
+    """An edge value written over 1, 2, 4 or 8 bytes, either byte order."""
+    width = rng.choice((1, 2, 4, 8))
+    value = rng.choice(INTERESTING) % (1 << (8 * width))
+    if rng.random() < 0.3:
+        value = (1 << (8 * width)) - 1 - value
+    packed = value.to_bytes(width, rng.choice(("little", "big")))
+    at = _at(out, rng, width)
+    if rng.random() < 0.5 and len(out) >= 8:   # aligned, as header fields are
+        at -= at % width
+    out[at:at + width] = packed
+
+
+def float_field(out: bytearray, rng: random.Random) -> None:
+    at = _at(out, rng, 8)
+    out[at:at + 8] = struct.pack("<d", rng.choice((float("nan"), float("inf"), -1.0, 1e308)))
+
+
+def number_text(out: bytearray, rng: random.Random) -> None:
+    """Replace a decimal number in a text header with an edge case."""
+    found = list(_DIGITS.finditer(bytes(out[:1 << 16])))
+    if found:
+        m = rng.choice(found)
+        out[m.start():m.end()] = rng.choice(DECIMALS)
+
+
+def line_edit(out: bytearray, rng: random.Random) -> None:
+    """Delete, duplicate or swap whole lines."""
+    lines = bytes(out).split(b"\n")
+    if len(lines) < 2:
+        return
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    choice = rng.randrange(3)
+    if choice == 0:
+        del lines[i]
+    elif choice == 1:
+        lines.insert(j, lines[i])
+    else:
+        lines[i], lines[j] = lines[j], lines[i]
+    out[:] = b"\n".join(lines)
+
+
+def odd_byte_in_line(out: bytearray, rng: random.Random) -> None:
+    at = _at(out, rng, 0)
+    out[at:at] = rng.choice(ODD_BYTES)
+
+
+BINARY_OPS = (flip_bits, flip_bits, set_byte, insert_bytes, delete_bytes, truncate, splice,
+              interesting_int, interesting_int, float_field)
+TEXT_OPS = (number_text, number_text, line_edit, odd_byte_in_line)

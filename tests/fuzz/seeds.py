@@ -1,0 +1,76 @@
+"""The fuzzer's seed files, built by code: one small valid file (or file set) per format, a
+WTXT delta and a streaming WTXT with its WSUM, an age-armored file, and a sealed generation
+(MANIFEST and ledger), with the keys that verify them. Everything is derived from fixed
+random seeds and a fixed timestamp."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+TS = "2026-01-02T03:04:05Z"
+RUN = "run1"
+
+
+def state(gen: int = 1) -> dict[str, np.ndarray]:
+    """A few small arrays of the dtypes that take different paths (bf16 via the dtype record
+    where a format lacks it, bool, a 0-d integer); ``gen`` changes one row."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    w[gen % 16] += gen
+    return {"blocks.0.w": w, "emb": rng.standard_normal((6, 4)).astype(ml_dtypes.bfloat16),
+            "mask": np.array([True, False, True]), "step": np.array(gen, np.int64)}
+
+
+def build(folder: str | Path) -> dict:
+    """Write every seed under ``folder``; returns (and writes to seeds.json) the layout."""
+    import snapops
+    from snapops.formats.armor import encrypt_file
+    from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+    from snapops.formats.keys import generate_keys, load_hmac_key
+    from snapops.formats.wtxt.delta import make_delta
+
+    root = Path(folder)
+    keys = root / "keys"
+    generate_keys(keys)
+    wtxt_keys = dict(hmac_key=keys / "hmac.key", sign_key=keys / "signing.key")
+    plain = {"aero": ("s.aero", {}), "fold": ("s.fold", {}), "pycauset": ("s.pycauset", {}),
+             "finf": ("s.finf", {"compression": "zstd", "checksum": True}),
+             "npz": ("s.npz", {}), "safetensors": ("s.safetensors", {}), "pt": ("s.pt", {})}
+    for fmt, (name, opts) in plain.items():
+        (root / fmt).mkdir()
+        snapops.save(state(), root / fmt / name, gen=1, ts=TS, **opts)
+    (root / "wtxt").mkdir()
+    snapops.save(state(), root / "wtxt" / "s.wtxt", gen=1, ts=TS, rows_per_chunk=4,
+                 audit="note=seed", **wtxt_keys)
+    (root / "aeroset").mkdir()
+    snapops.save(state(), root / "aeroset" / "model.aeroset.json", format="aeroset", gen=1,
+                 ts=TS)
+    (root / "wsum").mkdir()
+    snapops.save(state(), root / "wsum" / "s.wtxt", gen=1, ts=TS, streaming=True,
+                 rows_per_chunk=4, **wtxt_keys)
+    delta = root / "delta"
+    delta.mkdir()
+    for gen, name in ((1, "base.wtxt"), (2, "target.wtxt")):
+        snapops.save(state(gen), delta / name, gen=gen, ts=TS, rows_per_chunk=4, **wtxt_keys)
+    make_delta(delta / "base.wtxt", delta / "target.wtxt", delta / "d.wtxtdelta",
+               hmac_key=keys / "hmac.key", trusted_keys=[keys])
+    (root / "age").mkdir()
+    recipient = (keys / "age.pub").read_text().strip()
+    encrypt_file(root / "wtxt" / "s.wtxt", root / "age" / "s.wtxt.age", [recipient])
+    gen_root = root / "gen"
+    spec = GenerationSpec(run=RUN, format="wtxt", shard_max=1024, build="b1",
+                          sign_key=keys / "signing.key",
+                          hmac_key=load_hmac_key(keys / "hmac.key"))
+    seal_in_ledger(gen_root, RUN, write_generation(gen_root, spec, 1, TS, state()))
+    layout = {"keys": "keys", "run": RUN}
+    (root / "seeds.json").write_text(json.dumps(layout))
+    return layout
+
+
+if __name__ == "__main__":
+    build(sys.argv[1])

@@ -1,0 +1,301 @@
+"""What the fuzzer runs on a mutated file: every format's verbs (verify, inspect, load
+without the verify pass, every array through open_lazy), the WTXT delta, WSUM, age armor,
+MANIFEST and ledger readers, and every CLI entry point through ``snapops.cli.main`` (with
+``SNAPOPS_DEBUG=1`` so an untyped failure surfaces instead of its one-line message).
+
+A case passes when every call returns or raises a :class:`SnapopsError`; anything else
+(another exception, an exit code outside 0-2, a signal, a timeout, running out of the memory
+limit) is a finding.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .mutate import mutate, mutate_member
+from .seeds import RUN
+
+FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
+                "aeroset": "aeroset/model.aeroset.json", "fold": "fold/s.fold",
+                "pycauset": "pycauset/s.pycauset", "finf": "finf/s.finf", "npz": "npz/s.npz",
+                "safetensors": "safetensors/s.safetensors", "pt": "pt/s.pt"}
+TEXT_FILES = (".wtxt", ".wsum", ".wtxtdelta", ".json", ".age", "MANIFEST", ".ledger")
+CONVERT_TO = ("wtxt", "fold", "npz", "safetensors", "aero", "finf", "pycauset")
+
+
+class Finding(Exception):
+    """A case broke the rules in a way that is not an exception (an exit code)."""
+
+
+@dataclass
+class Case:
+    """One mutated input: ``path`` (the mutated file) inside the worker's copy ``root`` of
+    the seeds; ``pristine`` is the untouched seed folder, ``out`` a scratch folder."""
+
+    root: Path
+    pristine: Path
+    out: Path
+    path: Path
+    index: int
+    typed: int = 0
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    def wtxt_keys(self) -> dict:
+        return {"hmac_key": self.keys / "hmac.key", "trusted_keys": (str(self.keys),)}
+
+    def call(self, fn: Callable, *args, **kwargs):
+        """Run ``fn``; a SnapopsError counts as a typed refusal, anything else propagates."""
+        from snapops.formats.errors import SnapopsError
+
+        try:
+            return fn(*args, **kwargs)
+        except SnapopsError:
+            self.typed += 1
+            return None
+
+    def cli(self, *argv) -> None:
+        from snapops.cli import main
+
+        code = main([str(a) for a in argv])
+        if code not in (0, 1, 2):
+            raise Finding(f"snapops {argv[0]} exited {code}")
+        self.typed += code != 0
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    files: tuple[str, ...]          # seed-relative files mutated (case index picks one)
+    run: Callable[[Case], None]
+    timeout: int | None = None      # seconds per case, when not the campaign's
+    members: bool = False           # mutate one zip member and re-zip (CRCs right)
+
+    def file_for(self, index: int) -> str:
+        return self.files[index % len(self.files)]
+
+    def case_bytes(self, original: bytes, seed: int, index: int) -> bytes:
+        """The input of case ``index``: all a finding needs to be reproduced."""
+        if self.members:
+            return mutate_member(original, seed=seed, target=self.name, index=index)
+        return mutate(original, seed=seed, target=self.name, index=index,
+                      text=self.is_text(self.file_for(index)))
+
+    def is_text(self, rel: str) -> bool:
+        return rel.endswith(TEXT_FILES)
+
+
+def _read_lazy(fmt, path) -> None:
+    with fmt.open_lazy(path) as lazy:
+        for name in lazy.names:
+            lazy[name]
+
+
+def format_verbs(fmt_name: str, rel: str) -> Callable[[Case], None]:
+    def run(case: Case) -> None:
+        from snapops.formats.registry import handler
+
+        fmt = handler(fmt_name)
+        path = case.root / rel
+        keys = case.wtxt_keys() if fmt_name == "wtxt" else {}
+        report = case.call(fmt.verify, path, **keys)
+        case.typed += report is not None and not report.ok
+        case.call(fmt.inspect, path)
+        case.call(fmt.load, path, verify=False, **keys)
+        case.call(_read_lazy, fmt, path)
+    return run
+
+
+def chained(*runs: Callable[[Case], None]) -> Callable[[Case], None]:
+    def run(case: Case) -> None:
+        for one in runs:
+            one(case)
+    return run
+
+
+def run_delta(case: Case) -> None:
+    from snapops.formats.wtxt.delta import apply_delta
+
+    case.call(apply_delta, case.root / "delta/base.wtxt", case.root / "delta/d.wtxtdelta",
+              case.out / "o.wtxt", **case.wtxt_keys())
+
+
+def run_age(case: Case) -> None:
+    from snapops.formats.armor import decrypt_file
+    from snapops.formats.registry import verify_any
+
+    case.call(decrypt_file, case.path, case.out / "plain.wtxt", case.keys / "age.key")
+    report = case.call(verify_any, case.path, identity=case.keys / "age.key")
+    case.typed += report is not None and not report.ok
+
+
+def run_generation(case: Case) -> None:
+    from snapops.formats.generation.load import load_from_source
+    from snapops.formats.generation.source import FolderSource
+    from snapops.formats.generation.verify import GenerationOptions, verify_generation
+    from snapops.formats.ledger import Ledger
+
+    repo = case.root / "gen"
+    opts = GenerationOptions(trusted_keys=[case.keys], hmac_key=case.keys / "hmac.key",
+                             require_signature=True)
+    report = case.call(verify_generation, FolderSource(repo), RUN, opts)
+    case.typed += report is not None and not report.ok
+    case.call(load_from_source, FolderSource(repo), RUN, verify=False, options=opts)
+    ledger = Ledger(repo / "ledger" / f"{RUN}.ledger", root=repo)
+    report = case.call(ledger.verify)
+    case.typed += report is not None and not report.ok
+    case.call(lambda: list(ledger.lines()))
+
+
+def cli_verify(case: Case) -> None:
+    case.cli("verify", case.path, "--hmac-key", case.keys / "hmac.key", "--trusted-key",
+             case.keys)
+
+
+def cli_inspect(case: Case) -> None:
+    case.cli("inspect", case.path)
+
+
+def cli_convert(case: Case) -> None:
+    to = CONVERT_TO[(case.index // len(FORMAT_FILES)) % len(CONVERT_TO)]
+    extra = ("--no-verify",) if case.index % 3 == 0 else ()
+    case.cli("convert", case.path, case.out / "o.bin", "--to", to, "--ts",
+             "2026-01-02T03:04:05Z", *extra)
+
+
+def cli_textconv(case: Case) -> None:
+    case.cli("textconv", case.path)
+
+
+def cli_diff(case: Case) -> None:
+    case.cli("diff", case.pristine / case.path.relative_to(case.root), case.path)
+
+
+def cli_delta_apply(case: Case) -> None:
+    case.cli("delta", "apply", case.root / "delta/base.wtxt", case.root / "delta/d.wtxtdelta",
+             case.out / "o.wtxt", "--hmac-key", case.keys / "hmac.key")
+
+
+def cli_decrypt(case: Case) -> None:
+    case.cli("decrypt", case.path, case.out / "plain", "-i", case.keys / "age.key")
+
+
+# writers: random snapshots (odd names, every dtype, empty and 0-d shapes, edge gen values)
+# written and read back: a DataError refusal, or the same names, dtypes and bits
+NAMES = ("w", "a.b", "layer.0.weight", "\u00e9", "x" * 300, "", " ", "a/b", "..", "a\nb",
+         "%41", "\u540d", "a=b", "\"q\"", "-", "arr name=w", "\x00", "snapops.json",
+         "__metadata__")
+ODD_DTYPES = (">f4", ">i8", "M8[s]", "m8[ns]", "U3", "S4", "V2", "f2", "c8", "u1")
+
+
+def random_snapshot(rng: random.Random) -> dict:
+    import numpy as np
+
+    from snapops.formats.dtypes import DTYPES
+
+    kinds = list(DTYPES.values()) + [np.dtype(d) for d in ODD_DTYPES]
+    arrays = {}
+    for _ in range(rng.randint(1, 4)):
+        name = rng.choice(NAMES) if rng.random() < 0.7 else "".join(
+            chr(rng.randrange(32, 0x2FF)) for _ in range(rng.randint(1, 12)))
+        dtype = rng.choice(kinds)
+        shape = tuple(rng.choice((0, 1, 2, 3, 7)) for _ in range(rng.choice((0, 1, 1, 2, 3))))
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = bytes(rng.randrange(256) for _ in range(count * dtype.itemsize))
+        arrays[name] = np.frombuffer(raw, dtype).reshape(shape).copy()
+    return arrays
+
+
+def writer_round_trip(fmt_name: str) -> Callable[[Case], None]:
+    def run(case: Case) -> None:
+        import numpy as np
+
+        from snapops.formats.dtypes import dtype_name
+        from snapops.formats.errors import SnapopsError
+        from snapops.formats.registry import handler
+
+        fmt = handler(fmt_name)
+        rng = random.Random(case.path.read_bytes())
+        arrays = random_snapshot(rng)
+        fields = {"gen": rng.choice((None, 0, 3, -1, 2**64))}
+        path = case.out / f"rt{fmt.suffixes[0]}"
+        if case.call(fmt.save, arrays, path, **{k: v for k, v in fields.items()
+                                                if v is not None}) is None:
+            return
+        try:
+            back = fmt.load(path)
+        except SnapopsError as exc:
+            raise Finding(f"{fmt_name} wrote a file it cannot read back: {exc}") from exc
+        if sorted(back.arrays) != sorted(arrays):
+            raise Finding(f"{fmt_name}: names {sorted(arrays)!r} came back as "
+                          f"{sorted(back.arrays)!r}")
+        for name, want in arrays.items():
+            got = np.asarray(back[name])
+            if (dtype_name(got.dtype) != dtype_name(want.dtype) or got.shape != want.shape
+                    or got.astype(got.dtype.newbyteorder("=")).tobytes()
+                    != want.astype(want.dtype.newbyteorder("=")).tobytes()):
+                raise Finding(f"{fmt_name}: {name!r} {dtype_name(want.dtype)} {want.shape} "
+                              f"came back as {dtype_name(got.dtype)} {got.shape}"
+                              + (" (other bits)" if got.shape == want.shape else ""))
+    return run
+
+
+# canaries: targets that break the rules on purpose, to show the harness reports each kind
+def canary_error(case: Case) -> None:
+    if case.path.read_bytes()[:1] != b"\x93":
+        raise KeyError("canary")
+
+
+def canary_crash(case: Case) -> None:
+    if case.index == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def canary_hang(case: Case) -> None:
+    if case.index == 1:
+        time.sleep(600)
+
+
+def canary_memory(case: Case) -> None:
+    if case.index == 1:
+        bytearray(64 << 30)
+
+
+_FMT = tuple(FORMAT_FILES.values())
+TARGETS = {t.name: t for t in [
+    *(Target(name, (rel,), format_verbs(name, rel)) for name, rel in FORMAT_FILES.items()
+      if name != "aeroset"),
+    Target("aeroset", ("aeroset/model.aeroset.json", "aeroset/index.aero",
+                       "aeroset/part-000.aero"), format_verbs("aeroset", FORMAT_FILES["aeroset"])),
+    *(Target(f"{fmt}-members", (rel,), chained(format_verbs(fmt, rel), cli_textconv, cli_diff),
+             members=True) for fmt, rel in (("npz", "npz/s.npz"), ("pt", "pt/s.pt"))),
+    Target("wtxt-delta", ("delta/d.wtxtdelta",), run_delta),
+    Target("wsum", ("wsum/s.wtxt.wsum",), format_verbs("wtxt", "wsum/s.wtxt")),
+    Target("age", ("age/s.wtxt.age",), run_age),
+    Target("manifest", (f"gen/snapshots/{RUN}/MANIFEST",), run_generation),
+    Target("ledger", (f"gen/ledger/{RUN}.ledger",), run_generation),
+    Target("cli-verify", _FMT, cli_verify),
+    Target("cli-inspect", _FMT, cli_inspect),
+    Target("cli-convert", _FMT, cli_convert),
+    Target("cli-textconv", _FMT, cli_textconv),
+    Target("cli-diff", _FMT, cli_diff),
+    Target("cli-delta-apply", ("delta/d.wtxtdelta", "delta/base.wtxt"), cli_delta_apply),
+    Target("cli-decrypt", ("age/s.wtxt.age",), cli_decrypt),
+    *(Target(f"write-{name}", ("npz/s.npz",), writer_round_trip(name))
+      for name in ("wtxt", "aero", "fold", "pycauset", "finf", "npz", "safetensors", "pt")),
+]}
+CANARIES = {t.name: t for t in [
+    Target("canary-error", ("npz/s.npz",), canary_error),
+    Target("canary-crash", ("npz/s.npz",), canary_crash),
+    Target("canary-hang", ("npz/s.npz",), canary_hang, timeout=1),
+    Target("canary-memory", ("npz/s.npz",), canary_memory),
+]}
+ALL_TARGETS = {**TARGETS, **CANARIES}

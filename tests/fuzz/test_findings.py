@@ -1,0 +1,85 @@
+"""Regression tests for what the fuzzer found (each once an untyped exception or a silent
+loss, now a typed error or a refusal at write time)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import snapops
+from snapops.formats.errors import DataError, FormatError
+from snapops.formats.generation.load import load_from_source
+from snapops.formats.generation.source import FolderSource
+from snapops.formats.registry import handler
+from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+from tests.fuzz.seeds import RUN, TS, state
+
+
+def test_wtxt_audit_line_with_non_ascii_is_a_grammar_error(tmp_path):
+    snapops.save(state(), tmp_path / "s.wtxt", audit="note=seed")
+    data = (tmp_path / "s.wtxt").read_bytes().replace(b"audit note=seed",
+                                                      b"audit note=s\xc3\xa9ed")
+    (tmp_path / "a.wtxt").write_bytes(data)
+    for read in (handler("wtxt").inspect, handler("wtxt").open_lazy):
+        with pytest.raises(FormatError, match=r"a\.wtxt:\d+: \[grammar\].*audit line"):
+            read(tmp_path / "a.wtxt")
+
+
+def test_unverified_generation_load_refuses_a_shape_its_shards_do_not_hold(tmp_path):
+    repo = tmp_path / "gen"
+    spec = GenerationSpec(run=RUN, format="wtxt", shard_max=1024)
+    seal_in_ledger(repo, RUN, write_generation(repo, spec, 1, TS, state()))
+    manifest = repo / "snapshots" / RUN / "MANIFEST"
+    manifest.write_bytes(manifest.read_bytes().replace(b"shape=6,4 ", b"shape=6,5 ")
+                         .replace(b"box=0:6,0:4", b"box=0:6,0:5"))
+    with pytest.raises(FormatError, match=r"array emb: the shard does not hold this part"):
+        load_from_source(FolderSource(repo), RUN, verify=False)
+    with pytest.raises(FormatError):                  # verified: the seal fails first
+        load_from_source(FolderSource(repo), RUN)
+
+
+@pytest.mark.parametrize("fmt", ["wtxt", "finf"])   # bool kept as u8 + record
+def test_an_empty_name_the_dtype_record_cannot_list_is_refused(fmt, tmp_path):
+    path = tmp_path / f"x{handler(fmt).suffixes[0]}"
+    with pytest.raises(DataError, match="empty name"):
+        handler(fmt).save({"": np.ones(2, np.bool_), "n": np.arange(2, dtype=np.uint8)}, path)
+    assert list(tmp_path.iterdir()) == []
+    handler(fmt).save({"": np.ones(2, np.bool_)}, path)        # alone: the record says "*"
+    assert handler(fmt).load(path)[""].dtype == np.bool_
+
+
+def test_names_a_format_cannot_hold_are_refused_not_lost(tmp_path):
+    with pytest.raises(DataError, match="NUL"):
+        snapops.save({"a\x00b": np.ones(2)}, tmp_path / "x.npz")
+    with pytest.raises(DataError, match="__metadata__"):
+        snapops.save({"__metadata__": np.ones(2)}, tmp_path / "x.safetensors")
+    assert list(tmp_path.iterdir()) == []
+    snapops.save({"a\x00b": np.ones(2)}, tmp_path / "x.safetensors")   # it holds any name
+    assert list(snapops.load(tmp_path / "x.safetensors").arrays) == ["a\x00b"]
+
+
+def test_a_ledger_path_too_long_for_the_file_system_is_a_problem_not_an_oserror(tmp_path):
+    from snapops.formats.ledger import Ledger
+
+    repo = tmp_path / "gen"
+    spec = GenerationSpec(run=RUN, format="wtxt", shard_max=1024)
+    seal_in_ledger(repo, RUN, write_generation(repo, spec, 1, TS, state()))
+    path = repo / "ledger" / f"{RUN}.ledger"
+    path.write_bytes(path.read_bytes().replace(f"snapshots/{RUN}/".encode(),
+                                               b"snapshots/run" + b"9" * 300 + b"/"))
+    report = Ledger(path, root=repo).verify()
+    assert not report.ok
+    assert any("cannot be looked up" in str(p) for p in report.problems), report.problems
+
+
+def test_textconv_reads_npz_written_by_snapops_with_meta_and_logical_dtypes(tmp_path):
+    from snapops.hooks.review import textconv_lines
+
+    for suffix in (".npz", ".safetensors"):
+        snapops.save(state(), tmp_path / f"s{suffix}", gen=1, ts=TS)
+    npz = [line for line in textconv_lines(tmp_path / "s.npz") if "format=" not in line]
+    other = [line for line in textconv_lines(tmp_path / "s.safetensors")
+             if "format=" not in line]
+    assert "meta gen=1" in npz and any(line.startswith("arr emb dtype=bfloat16") for line in npz)
+    assert [x for x in npz if not x.startswith("meta")] == \
+        [x for x in other if not x.startswith("meta")]
