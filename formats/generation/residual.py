@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import zstandard as zstd
-
 from snapops.formats.errors import FormatError
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
 

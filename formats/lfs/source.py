@@ -22,9 +22,14 @@ import contextlib
 from pathlib import Path
 from typing import Callable, Iterator
 
-from snapops.formats.errors import FormatError
-from snapops.formats.generation.manifest import MAX_BYTES, Manifest, ShardRecord, gen_text, \
-    parse_manifest
+from snapops.formats.errors import FormatError, GitError
+from snapops.formats.generation.manifest import (
+    MAX_BYTES,
+    Manifest,
+    ShardRecord,
+    gen_text,
+    parse_manifest,
+)
 from snapops.formats.generation.source import Entry, Source
 from snapops.formats.generation.verify import manifest_path, run_folder
 
@@ -40,7 +45,7 @@ def tag_manifests(git, run: str) -> Callable[[int], bytes | None]:
             return git.run("cat-file", "blob",
                            f"refs/tags/{run}/gen-{gen_text(gen)}^{{commit}}:"
                            f"{manifest_path(run)}")
-        except Exception:  # no such tag or path: the caller reports the missing base
+        except GitError:  # no such tag or path: the caller reports the missing base
             return None
     return read
 

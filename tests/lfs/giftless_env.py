@@ -51,17 +51,18 @@ def giftless(tmp_path):
     secret_file = tmp_path / "giftless-secret"
     secret = "test-secret-" + tmp_path.name
     secret_file.write_text(secret)
-    proc = subprocess.Popen([sys.executable, str(SERVE), str(storage), str(secret_file)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "giftless.log"   # a file, not a pipe: a full pipe would stall the server
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(SERVE), str(storage), str(secret_file)],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         line = proc.stdout.readline().strip()
         if not line.isdigit():
             proc.kill()
-            raise AssertionError(f"giftless did not start: {proc.stderr.read()[-2000:]}")
+            raise AssertionError(f"giftless did not start: {log.read_text()[-2000:]}")
         yield Giftless(f"http://127.0.0.1:{line}/{ORG}/{REPO}.git/info/lfs", storage, secret,
                        proc)
     finally:
         proc.kill()
         proc.wait(30)
         proc.stdout.close()
-        proc.stderr.close()

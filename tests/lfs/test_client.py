@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from snapops.formats.errors import LfsError
 from snapops.formats.lfs.client import LfsClient, LfsObject
 

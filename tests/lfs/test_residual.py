@@ -9,10 +9,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zstandard as zstd
-
 from snapops.formats.errors import FormatError, LimitError
-from snapops.formats.generation.residual import HEADER, decode_residual, encode_residual, \
-    read_header, shuffle, unshuffle
+from snapops.formats.generation.residual import (
+    HEADER,
+    decode_residual,
+    encode_residual,
+    read_header,
+    shuffle,
+    unshuffle,
+)
 from snapops.formats.limits import DeclaredLimits
 
 

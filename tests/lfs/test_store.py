@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 
 import numpy as np
-import pytest
-
-from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import verify_generation
-from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+from snapops.formats.generation.write import (
+    GenerationSpec,
+    seal_in_ledger,
+    write_generation,
+)
 from snapops.formats.lfs.client import LfsClient
 from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.lfs.pointer import parse_pointer
@@ -44,7 +44,7 @@ def write_run(root, giftless, cache, gens, k=3, fmt="aero"):
 
 def test_chain_of_keyframes_and_residuals_restores_exactly(giftless, tmp_path):
     root = tmp_path / "repo"
-    manifests, client = write_run(root, giftless, tmp_path / "daemon-cache", 5, k=3)
+    manifests, _ = write_run(root, giftless, tmp_path / "daemon-cache", 5, k=3)
     encodings = [parse_manifest(manifests[g]).shards[0].encoding for g in range(1, 6)]
     assert encodings == ["key", "res", "res", "key", "res"]     # K=3: at most 2 residuals
     last = parse_manifest(manifests[5]).shards[0]
