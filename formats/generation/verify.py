@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapops.formats.errors import FormatError, SnapopsError
+from snapops.formats.errors import FormatError, LfsError, SnapopsError
 from snapops.formats.ledger import check_link, iter_lines
 from snapops.formats.report import Report
 
@@ -125,8 +125,9 @@ def verify_generation(source: Source, run: str,
             report.passed("ledger")
     except FormatError as exc:
         return report.fail(exc)
-    except SnapopsError as exc:  # keys, decryption: typed, one line
-        return report.fail(FormatError(str(exc), path=report.path, check="keys"))
+    except SnapopsError as exc:  # keys, decryption, LFS transfers: typed, one line
+        check = "lfs" if isinstance(exc, LfsError) else "keys"
+        return report.fail(FormatError(str(exc), path=report.path, check=check))
     report.arrays = len(manifest.arrays)  # the generation's arrays, not their parts
     report.details.update(gen=manifest.header.gen, keyid=manifest.header.keyid,
                           digest=hashlib.sha256(data).hexdigest(), shards=len(manifest.shards),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import numpy as np
 from snapops.formats.generation.load import load_from_source
@@ -97,6 +98,18 @@ def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftl
         assert store.fetched - fetched <= len(manifest.shards) * K   # at most a whole chain
     # K = 4: keyframes at gens 1, 5, 9; residuals in between (each clearly smaller)
     assert [sorted(e) for e in encodings] == [["key"], ["res"], ["res"], ["res"]] * 3
+    snapops = [sys.executable, "-m", "snapops", "verify", str(clone), "--run", "t", "--rev",
+               "t/gen-000011", "--hmac-key", str(env.keys / "hmac.key"), "--json"]
+    plain = subprocess.run(snapops, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    assert "contents not fetched" in plain.stdout
+    token = giftless.token_file(tmp_path, "read")   # the URL comes from the tree's .lfsconfig
+    fetched = subprocess.run(snapops + ["--fetch-lfs", "--lfs-token-file", str(token)],
+                             capture_output=True, text=True)
+    assert fetched.returncode == 0, fetched.stderr
+    assert '"shards"' in fetched.stdout and "not fetched" not in fetched.stdout
+    denied = subprocess.run(snapops + ["--fetch-lfs"], capture_output=True, text=True)
+    assert denied.returncode == 1 and "[lfs]" in denied.stdout + denied.stderr
     listed = git("lfs", "ls-files", "--long", "t/gen-000012", cwd=clone)
     assert listed.count(" - snapshots/t/shards/") + listed.count(" * snapshots/t/shards/") \
         == len(manifest.shards)
