@@ -65,6 +65,14 @@ class GenerationOptions:
     deep: bool = True
     workers: int = 2
     memo: dict | None = None
+    retention: Any = None           # LFS store: the run's RetentionRecord (pruned generations)
+
+
+def pruned_note(manifest: Manifest, options: GenerationOptions) -> str | None:
+    """"gen N pruned by retention (policy ...)" when retention pruned this generation."""
+    if options.retention is None or manifest.header.store != "lfs":
+        return None
+    return options.retention.note(manifest.header.gen)
 
 
 def run_folder(run: str) -> str:
@@ -106,15 +114,19 @@ def verify_generation(source: Source, run: str,
                                    require_signature=options.require_signature,
                                    require_hmac=options.require_hmac, path=report.path)
         report.passed("seal")
-        pointers = manifest.header.store == "lfs" and not getattr(source, "resolves_lfs", False)
+        pruned = pruned_note(manifest, options)
+        pointers = manifest.header.store == "lfs" and (
+            pruned is not None or not getattr(source, "resolves_lfs", False))
         entries = check_fileset(source, run, manifest, pointers=pointers)
         report.passed("fileset")
         if pointers:
             check_lfs_pointers(source, run, manifest)
             report.passed("lfs-pointers")
-            report.notes.append(f"{len(manifest.shards)} shard(s) in the LFS store: pointers "
-                                "checked against the MANIFEST, contents not fetched "
+            report.notes.append(pruned or f"{len(manifest.shards)} shard(s) in the LFS store: "
+                                "pointers checked against the MANIFEST, contents not fetched "
                                 "(--fetch-lfs to verify them)")
+            if pruned:
+                report.details["pruned"] = pruned
         else:
             _check_shards(source, run, manifest, options, report, entries)
         if options.expect_prev is not _UNSET:
@@ -176,7 +188,9 @@ def check_lfs_pointers(source: Source, run: str, manifest: Manifest) -> None:
         if shard.object is None or shard.encoding is None:
             raise FormatError("an LFS-store shard without its stored object", path=path,
                               check="lfs", expected="object=<oid> encoding=<key|res>", got="-")
-        check_pointer(source.read(path, MAX_POINTER), path, shard)
+        read_pointer = getattr(source, "read_pointer", None)  # an LfsSource: the tree's file
+        check_pointer(read_pointer(path) if read_pointer else source.read(path, MAX_POINTER),
+                      path, shard)
 
 
 def _check_shards(source: Source, run: str, manifest: Manifest, options: GenerationOptions,

@@ -95,6 +95,10 @@ class LfsSource:
                                   got=f"{local.stat().st_size} bytes")
             return local.read_bytes()
 
+    def read_pointer(self, path: str) -> bytes:
+        """The pointer file itself, as the tree holds it."""
+        return self.inner.read(path, MAX_POINTER)
+
     @contextlib.contextmanager
     def file(self, path: str) -> Iterator[Path]:
         record = self._records().get(path)
@@ -102,7 +106,7 @@ class LfsSource:
             with self.inner.file(path) as local:
                 yield local
             return
-        check_pointer(self.inner.read(path, MAX_POINTER), path, record)
+        check_pointer(self.read_pointer(path), path, record)
         rel = path.removeprefix(run_folder(self.run) + "/")
         yield self.store.shard(record, lambda gen: self._older_record(gen, rel), path)
 

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "diff",
     "textconv",
     "review",
+    "lfs",
 ]
 
 

@@ -4,6 +4,7 @@ commit range as the hooks check it (CI)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -79,7 +80,15 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
             contextlib.ExitStack() as stack:
         if getattr(args, "fetch_lfs", False):
             source = lfs_source(source, target, run, args, stack)
-        report = verify_generation(source, run, generation_options(args))
+        options = generation_options(args)
+        if Path(target, ".git").exists() or Path(target, "HEAD").is_file():
+            from snapops.hooks.gitio import Git
+
+            from .lfs import read_record
+
+            options = dataclasses.replace(options, retention=read_record(Git(target), target,
+                                                                         run))
+        report = verify_generation(source, run, options)
     report.details["source"] = source.label
     return report
 

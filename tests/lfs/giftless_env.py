@@ -1,7 +1,7 @@
 """A real giftless LFS server for tests: started on 127.0.0.1, JWT-authenticated, local storage.
 
 The tests talk to it with snapops's LFS client and with git-lfs itself; the stored objects are
-read back from giftless's storage folder (``<org>/<repo>/<oid[:2]>/<oid[2:4]>/<oid>``).
+read back from giftless's storage folder (``<storage>/<org>/<repo>/<oid>``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import re
 import time
 
 import numpy as np
-
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.formats.lfs.pointer import parse_pointer
 
