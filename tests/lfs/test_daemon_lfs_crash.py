@@ -42,7 +42,8 @@ def test_killed_during_uploads_recovers_without_orphans_or_double_uploads(tmp_pa
         for _ in range(4):
             seen = len(_PUT.findall(log.read_text()))
             env.start()
-            env.wait(lambda: len(_PUT.findall(log.read_text())) > seen or env.all_pushed(),
+            env.wait(lambda seen=seen: len(_PUT.findall(log.read_text())) > seen
+                     or env.all_pushed(),
                      timeout=60, what="an upload")
             if env.all_pushed():
                 break
