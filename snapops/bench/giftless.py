@@ -15,7 +15,6 @@ from typing import Iterator
 
 from werkzeug.serving import make_server
 
-
 ORG, REPO = "snapops", "weights"
 
 
