@@ -182,7 +182,12 @@ def run_ci(args) -> int:
     cfg = load_repo_config(git).overridden(
         trusted_keys=args.trusted_key, require_signature=args.require_signature,
         hmac_key=args.hmac_key, require_hmac=args.require_hmac)
-    return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json)
+    with contextlib.ExitStack() as stack:
+        lfs = None
+        if args.fetch_lfs:
+            def lfs(source, run):
+                return lfs_source(source, args.repo, run, args, stack)
+        return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json, lfs=lfs)
 
 
 def register(sub) -> None:
@@ -214,8 +219,8 @@ def register(sub) -> None:
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--fetch-lfs", action="store_true",
-                   help="with --run, for an LFS-store generation: download its objects and "
-                        "verify the reconstructed shards (default: pointers only)")
+                   help="with --run or --ci, for LFS-store generations: download their objects "
+                        "and verify the reconstructed shards (default: pointers only)")
     p.add_argument("--lfs-url", help="LFS endpoint for --fetch-lfs (default: the tree's "
                                      ".lfsconfig)")
     p.add_argument("--lfs-token-file", help="bearer token file for --fetch-lfs")

@@ -110,6 +110,13 @@ def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftl
     assert '"shards"' in fetched.stdout and "not fetched" not in fetched.stdout
     denied = subprocess.run(snapops + ["--fetch-lfs"], capture_output=True, text=True, check=False)
     assert denied.returncode == 1 and "[lfs]" in denied.stdout + denied.stderr
+    ci = [sys.executable, "-m", "snapops", "verify", "--ci", "--range",
+          "t/gen-000010..t/gen-000012", "--repo", str(clone), "--hmac-key",
+          str(env.keys / "hmac.key"), "--json"]
+    checked = subprocess.run(ci + ["--fetch-lfs", "--lfs-token-file", str(token)],
+                             capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.count('"shards"') >= 2 and "not fetched" not in checked.stdout
     listed = git("lfs", "ls-files", "--long", "t/gen-000012", cwd=clone)
     assert listed.count(" - snapshots/t/shards/") + listed.count(" * snapshots/t/shards/") \
         == len(manifest.shards)
