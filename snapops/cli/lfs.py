@@ -107,6 +107,31 @@ def run_prune(args) -> int:
     return EXIT_OK
 
 
+def run_restore(args) -> int:
+    """One generation (git or LFS store) restored and verified, written to ``--out``."""
+    import contextlib
+    import dataclasses
+
+    from snapops.formats.generation.load import load_from_source
+    from snapops.formats.registry import handler_for_suffix
+    from snapops.hooks.gitio import Git
+
+    from .verify import generation_options, generation_source, lfs_source
+
+    target = handler_for_suffix(args.out)
+    with generation_source(args.repo, args.rev) as source, contextlib.ExitStack() as stack:
+        source = lfs_source(source, args.repo, args.run, args, stack, required=False)
+        options = generation_options(args)
+        options = dataclasses.replace(options, retention=read_record(Git(args.repo), args.repo,
+                                                                     args.run))
+        snapshot = load_from_source(source, args.run, options=options)
+        fetched = source.store.fetched
+    result = target.save(snapshot, args.out, target.options())
+    print(f"restored {args.run} gen {snapshot.meta['gen']} ({len(snapshot.arrays)} arrays, "
+          f"{result.raw_bytes} raw bytes, {fetched} LFS object(s) fetched) to {result.path}")
+    return EXIT_OK
+
+
 def register(sub) -> None:
     p = sub.add_parser("lfs", help="the LFS store of snapshot runs",
                        description="The LFS store of snapshot runs.")
@@ -131,4 +156,27 @@ def register(sub) -> None:
     prune.add_argument("--local-storage", required=True, metavar="DIR")
     prune.add_argument("--dry-run", action="store_true")
     prune.add_argument("--json", action="store_true")
+    restore = add_command(
+        lsub, "restore", help="restore one generation, fetching exactly the LFS objects it needs",
+        description="Verify generation --run of REPO (the work tree, or --rev) and write its "
+                    "arrays to --out (format from the suffix: .npz, .safetensors, .wtxt, "
+                    ".aero, ...). LFS-store shards are rebuilt from their keyframe and residual "
+                    "chain, fetched from --lfs-url or the tree's .lfsconfig into --lfs-cache (or "
+                    "a temp folder); a generation pruned by retention is refused with that "
+                    "reason.",
+        example="snapops lfs restore snapshot-repo --run run1 --rev run1/gen-000012 "
+                "--lfs-token-file keys/lfs-read.token --out gen12.npz",
+        func=run_restore)
+    restore.add_argument("repo", metavar="REPO")
+    restore.add_argument("--run", required=True)
+    restore.add_argument("--rev")
+    restore.add_argument("--out", required=True)
+    restore.add_argument("--lfs-url")
+    restore.add_argument("--lfs-token-file")
+    restore.add_argument("--lfs-cache")
+    for flag in ("--hmac-key", "--identity"):
+        restore.add_argument(flag)
+    restore.add_argument("--trusted-key", action="append", default=[])
+    restore.add_argument("--require-signature", action="store_true")
+    restore.add_argument("--require-hmac", action="store_true")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -93,9 +93,11 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
     return report
 
 
-def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack):
+def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack, *,
+               required: bool = True):
     """``source`` with its LFS-store shards restored from the LFS server (``--lfs-url``, or
-    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp)."""
+    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp);
+    not ``required``: a tree without an endpoint reads from the cache alone."""
     import re
 
     from snapops.formats.keys import read_key_file
@@ -108,15 +110,15 @@ def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack)
     if not url:
         text = _lfsconfig(source, target)
         found = re.search(r"(?m)^\s*url\s*=\s*(\S+)\s*$", text)
-        if found is None:
+        if found is None and required:
             raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
-        url = found[1]
+        url = found[1] if found else None
     token = None
     if args.lfs_token_file:
         token = read_key_file(args.lfs_token_file, "LFS token").decode("ascii", "replace").strip()
     cache = args.lfs_cache or stack.enter_context(
         tempfile.TemporaryDirectory(prefix="snapops-lfs-"))
-    return LfsSource(source, run, ObjectStore(cache, LfsClient(url, token)),
+    return LfsSource(source, run, ObjectStore(cache, LfsClient(url, token) if url else None),
                      manifests=tag_manifests(Git(target), run))
 
 

@@ -106,6 +106,15 @@ def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, t
     code = main(["verify", str(repo), "--run", "r", "--rev", "r/gen-000003", "--json"])
     out = capsys.readouterr().out
     assert code == 0 and "gen 3 pruned by retention (policy keep_last=2" in out
+    token = giftless.token_file(tmp_path, "read")
+    restore = ["lfs", "restore", str(repo), "--run", "r", "--lfs-url", giftless.url,
+               "--lfs-token-file", str(token)]
+    assert main(restore + ["--rev", "r/gen-000003", "--out", str(tmp_path / "g3.npz")]) == 2
+    assert "gen 3 pruned by retention" in capsys.readouterr().err
+    assert main(restore + ["--rev", "r/gen-000008", "--out", str(tmp_path / "g8.npz")]) == 0
+    assert "2 LFS object(s) fetched" in capsys.readouterr().out      # keyframe 7, residual 8
+    with np.load(tmp_path / "g8.npz") as npz:
+        assert npz["w"].tobytes() == state(8)["w"].tobytes()
 
 
 def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
