@@ -30,7 +30,7 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
-from snapops.formats.generation.manifest import gen_text
+from snapops.formats.generation.manifest import gen_text, parse_manifest
 from snapops.formats.generation.plan import LayoutError
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
@@ -400,6 +400,9 @@ class Daemon:
             paths += write_lfs_files(self.repo_dir, self.config)
         commit = self.repo.commit_generation(paths, message, tag)
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
+        if self.lfs is not None:  # the next generation's bases only
+            self.lfs.trim(parse_manifest(self.repo.head_file(f"{run_dir(self.config)}/MANIFEST"),
+                                         "committed MANIFEST"))
         return commit, tag
 
     def _verify_worktree(self) -> None:

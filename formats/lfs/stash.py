@@ -7,7 +7,8 @@ server. The full shard enters the local object cache (the base of the next resid
 residual is stored when the previous shard is cached, the chain since the last keyframe is
 shorter than ``keyframe_every - 1`` residuals, and it is clearly smaller (at most
 ``RESIDUAL_MAX_SHARE`` of the shard); otherwise a keyframe. The chain length of each cached
-shard is kept beside it (``<sha256>.depth``); a shard without one starts a new keyframe.
+shard is kept beside it (``<sha256>.depth``); a shard without one starts a new keyframe. After each commit the cache is trimmed to the shards
+of the committed generation.
 
 Example::
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapops.formats.atomic import atomic_write_bytes
-from snapops.formats.generation.manifest import ShardRecord
+from snapops.formats.generation.manifest import Manifest, ShardRecord
 from snapops.formats.generation.residual import encode_residual
 
 from .client import LfsObject
@@ -47,6 +48,18 @@ class LfsStash:
 
     def _set_depth(self, sha: str, depth: int) -> None:
         atomic_write_bytes(self.objects.root / f"{sha}.depth", f"{depth}\n".encode())
+
+    def trim(self, manifest: Manifest) -> int:
+        """Forget every cached file but the shards of ``manifest`` (the last committed
+        generation: the bases of the next residuals); how many files went."""
+        keep = {s.sha256 for s in manifest.shards}
+        keep |= {f"{sha}.depth" for sha in keep}
+        gone = 0
+        for path in self.objects.root.iterdir():
+            if path.name not in keep and path.is_file():
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
 
     def store(self, folder: Path, record: ShardRecord, prior: ShardRecord | None,
               itemsize: int) -> ShardRecord:

@@ -64,6 +64,9 @@ def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftl
         env.kill()
     assert giftless.token(  # the token file's content never reaches the log
         "write")[:20] not in env.log.read_text()
+    last = parse_manifest((env.repo / "snapshots/t/MANIFEST").read_bytes())
+    cached = {p.name for p in (tmp_path / "state" / "lfs").iterdir()}
+    assert cached == {s.sha256 for s in last.shards} | {f"{s.sha256}.depth" for s in last.shards}
     clone = tmp_path / "clone"
     plain_clone(bare, clone)
     repo = Git(clone)
