@@ -30,7 +30,7 @@ GENS, K = 12, 4
 def dense(gen: int) -> dict[str, np.ndarray]:
     """Every weight moves every generation (an AdamW-like relative step of 1e-3)."""
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((8, 256, 256)).astype(np.float32)
+    w = rng.standard_normal((8, 128, 128)).astype(np.float32)
     for g in range(1, gen + 1):
         step = np.random.default_rng(g).standard_normal(w.shape).astype(np.float32)
         w = w * (1 + np.float32(1e-3) * step)
@@ -39,7 +39,7 @@ def dense(gen: int) -> dict[str, np.ndarray]:
 
 def lfs_env(tmp_path, giftless, bare, k=K) -> DaemonEnv:
     token = giftless.token_file(tmp_path, "write")
-    return DaemonEnv(tmp_path, {"origin": str(bare)}, fmt="aero", shard_max="512KiB",
+    return DaemonEnv(tmp_path, {"origin": str(bare)}, fmt="aero", shard_max="128KiB",
                      repo_extra=f'store = "lfs"\nlfs_url = "{giftless.url}"\n'
                                 f'lfs_token_file = "{token}"\nkeyframe_every = {k}\n')
 
