@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from snapops.formats.errors import ConfigError
 
-from .schema import FORMATS, POLICIES, Config, RemoteConfig
+from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
 from .sizes import parse_size
 
 SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push", "cluster")
@@ -20,14 +20,15 @@ CHOICES = {"snapshot.format": FORMATS, "client.policy": POLICIES,
            "daemon.log_level": ("debug", "info", "warning", "error"),
            "daemon.log_format": ("text", "json"), "repo.delta": ("auto", "always", "never"),
            "daemon.cpu_policy": ("batch", "normal"),
-           "daemon.io_class": ("best-effort", "idle", "none")}
+           "daemon.io_class": ("best-effort", "idle", "none"), "repo.store": STORES}
 MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max": 1,
            "push.backoff_initial": 0.0, "push.backoff_max": 0.0, "push.backoff_factor": 1.0,
            "push.jitter": 0.0, "push.timeout": 0.0, "daemon.poll_interval": 0.05,
            "push.stall_timeout": 1.0, "push.batch_bytes": 1, "repo.gc_interval": 0.0,
            "snapshot.rows_per_chunk": 0, "repo.compression": -1, "daemon.nice": 0,
            "daemon.max_attempts": 1, "daemon.retry_initial": 0.0, "daemon.retry_max": 0.0,
-           "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0}
+           "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0,
+           "repo.keyframe_every": 1}
 
 MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
@@ -79,7 +80,13 @@ def build_config(merged: dict[str, dict[str, Any]], base_dir: str) -> Config:
                   for k, v in values.items()}
         sections[section] = cls(**{**dataclasses.asdict(getattr(defaults, section)), **parsed}) \
             if section != "repo" else cls(**{**_shallow(getattr(defaults, section)), **parsed})
-    return Config(**sections, base_dir=base_dir)
+    config = Config(**sections, base_dir=base_dir)
+    if config.repo.store == "lfs" and config.snapshot.delta:
+        raise ConfigError("snapshot.delta: DELTA files need the shards in Git; not with "
+                          "repo.store = \"lfs\" (residuals are its deltas)")
+    if config.repo.store == "lfs" and config.cluster.node:
+        raise ConfigError("repo.store: \"lfs\" is for single-node runs (cluster.node is set)")
+    return config
 
 
 def _shallow(obj) -> dict:

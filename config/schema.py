@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 FORMATS = ("wtxt", "fold", "aero", "pycauset", "finf")
 POLICIES = ("coalesce", "block")
+STORES = ("git", "lfs")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,11 @@ class RepoConfig:
                                       # history older than the last `retention` generations
                                       # that every remote has is forgotten locally
     remotes: tuple[RemoteConfig, ...] = ()
+    store: str = "git"                # git: shards in the tree | lfs: in a Git LFS store,
+                                      # the tree holds pointers (keyframes and residuals)
+    lfs_url: str = ""                 # the LFS endpoint ("": <first remote>[.git]/info/lfs)
+    lfs_token_file: str = ""          # a bearer token for the LFS server (never logged)
+    keyframe_every: int = 8           # LFS store: a full shard at least every K generations
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
-    GenerationSpec, PartWritten, seal_in_ledger, write_parts,
+    GenerationSpec,
+    PartWritten,
+    seal_in_ledger,
+    write_parts,
 )
 from snapops.formats.keys import keyid, load_hmac_key, load_signing_key
 
@@ -53,22 +56,24 @@ def ledger_path(config: Config) -> str:
     return f"ledger/{config.snapshot.run}.ledger"
 
 
-def generation_spec(config: Config, sealing: Sealing) -> GenerationSpec:
+def generation_spec(config: Config, sealing: Sealing, lfs=None) -> GenerationSpec:
+    """``lfs``: the LfsStash of a ``store = "lfs"`` run (see :mod:`.lfsstore`)."""
     snap = config.snapshot
     return GenerationSpec(
         run=snap.run, format=snap.format, shard_max=snap.shard_max,
         streaming_threshold=snap.streaming_threshold, delta=snap.delta, build=snap.build,
         wtxt={"schema": snap.schema, "host": snap.host, "cuda": snap.cuda,
               "row_blocking": snap.row_blocking, "rows_per_chunk": snap.rows_per_chunk or None},
-        sign_key=sealing.sign_key, hmac_key=sealing.hmac_key, recipients=sealing.recipients)
+        sign_key=sealing.sign_key, hmac_key=sealing.hmac_key, recipients=sealing.recipients,
+        store="lfs" if lfs is not None else "git", lfs=lfs)
 
 
 def serialize_generation(repo_root: Path, gen: int, ranks: dict[int | None, dict[str, Shard]],
                          ts: str, config: Config, sealing: Sealing, previous: bytes | None, *,
-                         received: tuple[PartWritten, ...] = ()) -> Serialized:
+                         received: tuple[PartWritten, ...] = (), lfs=None) -> Serialized:
     """Write generation ``gen`` into the work tree at ``repo_root`` and append its ledger line;
     ``previous`` is the last committed MANIFEST (from HEAD)."""
-    written = write_parts(repo_root, generation_spec(config, sealing), gen, ts, ranks, previous,
-                          world=config.cluster.world_size, received=received)
+    written = write_parts(repo_root, generation_spec(config, sealing, lfs), gen, ts, ranks,
+                          previous, world=config.cluster.world_size, received=received)
     merkle_this = seal_in_ledger(repo_root, config.snapshot.run, written)
     return Serialized(gen, written.paths + [ledger_path(config)], merkle_this, written.dense)

@@ -30,7 +30,7 @@ from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
 from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
-from snapops.formats.generation.manifest import gen_text
+from snapops.formats.generation.manifest import gen_text, parse_manifest
 from snapops.formats.generation.plan import LayoutError
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
@@ -48,6 +48,7 @@ from .serialize import Sealing, generation_spec, ledger_path, run_dir, serialize
 from .spool import spool_files
 from .wakeup import Waker, watch_file
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
+from .lfsstore import LFSCONFIG, open_stash, switch_off_filters, write_lfs_files
 from .worktree import ATTRIBUTES, configure_repo, restore_paths, write_delta_attributes
 from .writers import retire_unfinished, try_writer_lock
 
@@ -118,6 +119,9 @@ class Daemon:
         self.pushq = self._push_queue()
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
+        self.lfs = open_stash(self.config, self.state_dir)
+        if self.lfs is not None:
+            switch_off_filters(self.repo_dir)
         self.git = NodeGit(self.repo_dir, self.config.push.stall_timeout)
         if self.cluster.multi_node and self.cluster.committer:
             self.exchange = PartExchange(self.git, self.cluster, self.config.snapshot.run,
@@ -374,7 +378,7 @@ class Daemon:
             self._record(COMMITTED, gen, commit=done, tag=tag)
             return done, tag
         restore_paths(self.repo_dir, self.config.repo.branch,
-                      [run_dir(self.config), ledger_path(self.config), ATTRIBUTES])
+                      [run_dir(self.config), ledger_path(self.config), ATTRIBUTES, LFSCONFIG])
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
         received, ts = (), opened.ts
         if self.exchange is not None:
@@ -383,7 +387,7 @@ class Daemon:
             ts = min(filter(None, (ts, remote_ts)), default=None)
         ts = ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         written = serialize_generation(self.repo_dir, gen, opened.ranks, ts, self.config,
-                                       self.sealing, previous, received=received)
+                                       self.sealing, previous, received=received, lfs=self.lfs)
         if received:  # other nodes' bytes: the whole generation is checked before it lands
             self._verify_worktree()
         if self.state.gens[gen].state == SPOOLED:
@@ -391,9 +395,14 @@ class Daemon:
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "
                    f"merkle_this={written.merkle_this}")
         paths = written.paths + write_delta_attributes(
-            self.repo_dir, self.config.repo.delta, written.dense)
+            self.repo_dir, self.config.repo.delta, [] if self.lfs else written.dense)
+        if self.lfs is not None:
+            paths += write_lfs_files(self.repo_dir, self.config)
         commit = self.repo.commit_generation(paths, message, tag)
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
+        if self.lfs is not None:  # the next generation's bases only
+            self.lfs.trim(parse_manifest(self.repo.head_file(f"{run_dir(self.config)}/MANIFEST"),
+                                         "committed MANIFEST"))
         return commit, tag
 
     def _verify_worktree(self) -> None:

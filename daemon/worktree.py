@@ -84,26 +84,33 @@ def write_delta_attributes(repo: str | os.PathLike, mode: str, dense: list[str])
         write_delta_attributes(repo, "auto", ["snapshots/run1/shards/0000.wtxt"])
         # -> ['.gitattributes']
     """
-    path = Path(repo) / ATTRIBUTES
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        text = ""
-    lines = text.splitlines()
-    if _BEGIN in lines and _END in lines[lines.index(_BEGIN):]:
-        end = lines.index(_END, lines.index(_BEGIN))
-        lines = lines[:lines.index(_BEGIN)] + lines[end + 1:]
     if mode == "never":
         block = ["* -delta"]
     elif mode == "always":
         block = []
     else:
         block = [f"{_pattern(p)} -delta" for p in sorted(dense)]
+    write_attributes_block(repo, _BEGIN, _END, block)
+    return [ATTRIBUTES]
+
+
+def write_attributes_block(repo: str | os.PathLike, begin: str, end: str,
+                           block: list[str]) -> None:
+    """Replace the lines between ``begin`` and ``end`` in the committed ``.gitattributes``
+    (other lines are kept; an empty block removes the markers, an empty file is removed)."""
+    path = Path(repo) / ATTRIBUTES
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = ""
+    lines = text.splitlines()
+    if begin in lines and end in lines[lines.index(begin):]:
+        stop = lines.index(end, lines.index(begin))
+        lines = lines[:lines.index(begin)] + lines[stop + 1:]
     if block:
-        lines += [_BEGIN, *block, _END]
+        lines += [begin, *block, end]
     new = "".join(f"{line}\n" for line in lines)
     if not new:
         path.unlink(missing_ok=True)
     elif new != text:
         atomic_write_bytes(path, new.encode())
-    return [ATTRIBUTES]

@@ -151,3 +151,7 @@ class GitError(SnapopsError):
 
 class PushError(GitError):
     """Pushing to a remote failed (the resend queue retries these)."""
+
+
+class LfsError(GitError):
+    """A Git LFS request failed or was refused (a server outage is retried like a git one)."""

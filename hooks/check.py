@@ -83,18 +83,19 @@ class Outcome:
 class Checker:
     """Checks trees and refs of one repository with its settings, in one scratch folder."""
 
-    def __init__(self, git: Git, cfg: RepoConfig, scratch: str) -> None:
+    def __init__(self, git: Git, cfg: RepoConfig, scratch: str, lfs=None) -> None:
         self.git, self.cfg, self.scratch = git, cfg, scratch
+        self.lfs = lfs  # (source, run) -> an LfsSource: LFS-store contents fetched, verified
         # keys loaded once; a shard verified in one commit is not verified again in the next
         self.options = cfg.generation_options(memo={})
         self.trusted_parents: set[str] = set()
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, git: Git, cfg: RepoConfig | None = None) -> Iterator["Checker"]:
+    def open(cls, git: Git, cfg: RepoConfig | None = None, lfs=None) -> Iterator["Checker"]:
         cfg = cfg if cfg is not None else load_repo_config(git)
         with tempfile.TemporaryDirectory(prefix="snapops-hook-") as tmp:  # mode 0700
-            yield cls(git, cfg, tmp)
+            yield cls(git, cfg, tmp, lfs)
 
     def source(self, tree_ish: str, label: str | None = None) -> GitTreeSource:
         return GitTreeSource(self.git, tree_ish, self.scratch, max_blob=self.cfg.max_blob_size,
@@ -128,6 +129,8 @@ class Checker:
     def _generation(self, source: GitTreeSource, run: str, parent: str | None,
                     changes: list[TreeChange]) -> Report:
         path = manifest_path(run)
+        if self.lfs is not None:
+            source = self.lfs(source, run)
         if not any(c.path == path and c.new is not None for c in changes):
             # not a new generation: name what is wrong with the files if anything is
             report = verify_generation(source, run, self.options)

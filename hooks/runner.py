@@ -163,11 +163,12 @@ def text_range(update: RefUpdate) -> str:
 
 
 def run_range(git: Git, text: str, out: TextIO, *, hook: str = "ci",
-              cfg: RepoConfig | None = None, as_json: bool = False) -> int:
-    """CI and the pre-commit framework's pre-push stage: :func:`check_range`."""
+              cfg: RepoConfig | None = None, as_json: bool = False, lfs=None) -> int:
+    """CI and the pre-commit framework's pre-push stage: :func:`check_range`; ``lfs``:
+    (source, run) -> LfsSource, to fetch and verify LFS-store contents too."""
     cfg = cfg or load_repo_config(git)
     update = parse_range(git, text)
-    with Checker.open(git, cfg) as checker:
+    with Checker.open(git, cfg, lfs) as checker:
         outcomes = check_range(checker, update, progress_bar(out, hook))
     if as_json:
         json.dump([o.to_dict() for o in outcomes], sys.stdout, indent=2)

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from snapops.formats.errors import DataError, FormatError, SnapopsError
+from snapops.formats.errors import ConfigError, DataError, FormatError, SnapopsError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.verify import GenerationOptions
 from snapops.formats.model import Snapshot
@@ -106,6 +106,7 @@ def _load(repo: Repository, run: str, gen: int | None, rev: str | None, verify: 
     with repo.tree(run, gen=gen, rev=rev) as (source, where):
         if progress is not None:
             source = _Counted(source, progress)
+        _refuse_lfs_store(source, run, where)
         try:
             snap = load_from_source(source, run, verify=verify, options=opts)
         except FormatError as exc:
@@ -118,6 +119,22 @@ def _load(repo: Repository, run: str, gen: int | None, rev: str | None, verify: 
             check="tag", expected=f"generation {gen}", got=f"generation {snap.meta['gen']}"))
     snap.meta["source"] = where
     return snap
+
+
+def _refuse_lfs_store(source, run: str, where: str) -> None:
+    """A run whose shards live in Git LFS is restored from a clone with ``snapops lfs restore``
+    (residual chains need older MANIFESTs and the LFS endpoint): say so, instead of failing
+    on the pointer files' digests."""
+    from snapops.formats.generation.verify import read_manifest
+
+    try:
+        _, manifest = read_manifest(source, run)
+    except FormatError:
+        return  # the verifier reports a bad MANIFEST with its own message
+    if manifest.header.store == "lfs":
+        raise ConfigError(f"{where}: run {run} keeps its shards in Git LFS (store=lfs): clone "
+                          f"the repository and use `snapops lfs restore CLONE --run {run} "
+                          "--rev REV --out FILE`")
 
 
 class _Counted:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-
 from snapops.formats.dtypes import numpy_dtype
 from snapops.formats.errors import DataError, FormatError
 from snapops.formats.limits import check_shape
@@ -37,13 +36,26 @@ from snapops.formats.registry import handler
 from .manifest import ArrayRecord, Manifest
 from .plan import Shard
 from .source import Source
-from .verify import AGE_SUFFIX, GenerationOptions, read_manifest, run_folder, verify_generation
+from .verify import (
+    AGE_SUFFIX,
+    GenerationOptions,
+    pruned_note,
+    read_manifest,
+    run_folder,
+    verify_generation,
+)
 
 
 def load_from_source(source: Source, run: str, *, verify: bool = True,
                      options: GenerationOptions = GenerationOptions()) -> Snapshot:
     """The generation of ``run`` in ``source`` as one Snapshot (meta: run, gen, ts, build,
     keyid). With ``verify`` the whole generation is verified first (FormatError if it fails)."""
+    if options.retention is not None:
+        _, manifest = read_manifest(source, run)
+        note = pruned_note(manifest, options)
+        if note is not None:
+            raise FormatError(f"{note}: its shards are no longer in the LFS store",
+                              path=f"{run_folder(run)}/MANIFEST", check="pruned")
     if verify:
         report = verify_generation(source, run, options)
         if not report.ok:

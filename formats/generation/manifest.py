@@ -482,6 +482,8 @@ def check_structure(m: Manifest, path: str = "MANIFEST") -> None:
     for f in m.files:
         if f.of not in shards:
             fail(f"file {f.path} belongs to a shard that is not listed", f.of)
+    for s in m.shards:
+        _check_store_fields(m.header.store, s, fail)
     names = [a.name for a in m.arrays]
     if names != sorted(names, key=lambda n: n.encode("utf-8", "surrogatepass")):
         fail("arrays must be listed once each, in byte-wise name order")
@@ -491,6 +493,20 @@ def check_structure(m: Manifest, path: str = "MANIFEST") -> None:
         _check_parts(a, shards, m.header.world, fail)
     if m.prev.gen is not None and m.prev.gen >= m.header.gen:
         fail("prev gen must be lower than this gen", m.prev.gen)
+
+
+def _check_store_fields(store: str, s: ShardRecord, fail) -> None:
+    """Git store: no LFS fields. LFS store: the stored object, a base exactly for residuals,
+    and a keyframe's object is the shard itself."""
+    fields = (s.object, s.object_size, s.encoding)
+    if store == "git":
+        if any(v is not None for v in fields) or s.base is not None:
+            fail(f"shard {s.path}: LFS fields in a git-store generation")
+    elif None in fields or (s.base is not None) != (s.encoding == "res"):
+        fail(f"shard {s.path}: an LFS-store shard needs object, object_size, encoding, and "
+             "a base exactly when encoding=res")
+    elif s.encoding == "key" and (s.object, s.object_size) != (s.sha256, s.size):
+        fail(f"shard {s.path}: a keyframe's object is the shard itself", s.object)
 
 
 def _check_parts(a: ArrayRecord, shards: set[str], world: int, fail) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapops.formats.errors import FormatError, SnapopsError
+from snapops.formats.errors import FormatError, LfsError, SnapopsError
 from snapops.formats.ledger import check_link, iter_lines
 from snapops.formats.report import Report
 
@@ -65,6 +65,14 @@ class GenerationOptions:
     deep: bool = True
     workers: int = 2
     memo: dict | None = None
+    retention: Any = None           # LFS store: the run's RetentionRecord (pruned generations)
+
+
+def pruned_note(manifest: Manifest, options: GenerationOptions) -> str | None:
+    """"gen N pruned by retention (policy ...)" when retention pruned this generation."""
+    if options.retention is None or manifest.header.store != "lfs":
+        return None
+    return options.retention.note(manifest.header.gen)
 
 
 def run_folder(run: str) -> str:
@@ -106,9 +114,21 @@ def verify_generation(source: Source, run: str,
                                    require_signature=options.require_signature,
                                    require_hmac=options.require_hmac, path=report.path)
         report.passed("seal")
-        entries = check_fileset(source, run, manifest)
+        pruned = pruned_note(manifest, options)
+        pointers = manifest.header.store == "lfs" and (
+            pruned is not None or not getattr(source, "resolves_lfs", False))
+        entries = check_fileset(source, run, manifest, pointers=pointers)
         report.passed("fileset")
-        _check_shards(source, run, manifest, options, report, entries)
+        if pointers:
+            check_lfs_pointers(source, run, manifest)
+            report.passed("lfs-pointers")
+            report.notes.append(pruned or f"{len(manifest.shards)} shard(s) in the LFS store: "
+                                "pointers checked against the MANIFEST, contents not fetched "
+                                "(--fetch-lfs to verify them)")
+            if pruned:
+                report.details["pruned"] = pruned
+        else:
+            _check_shards(source, run, manifest, options, report, entries)
         if options.expect_prev is not _UNSET:
             check_prev(manifest, options.expect_prev, report.path)
             report.passed("chain")
@@ -117,8 +137,9 @@ def verify_generation(source: Source, run: str,
             report.passed("ledger")
     except FormatError as exc:
         return report.fail(exc)
-    except SnapopsError as exc:  # keys, decryption: typed, one line
-        return report.fail(FormatError(str(exc), path=report.path, check="keys"))
+    except SnapopsError as exc:  # keys, decryption, LFS transfers: typed, one line
+        check = "lfs" if isinstance(exc, LfsError) else "keys"
+        return report.fail(FormatError(str(exc), path=report.path, check=check))
     report.arrays = len(manifest.arrays)  # the generation's arrays, not their parts
     report.details.update(gen=manifest.header.gen, keyid=manifest.header.keyid,
                           digest=hashlib.sha256(data).hexdigest(), shards=len(manifest.shards),
@@ -126,13 +147,15 @@ def verify_generation(source: Source, run: str,
     return report
 
 
-def check_fileset(source: Source, run: str, manifest: Manifest) -> dict[str, Entry]:
+def check_fileset(source: Source, run: str, manifest: Manifest, *,
+                  pointers: bool = False) -> dict[str, Entry]:
     """Exactly the listed files (extra ones named first, then missing ones), each a regular
-    file of the listed size, read from the listing: nothing is opened. Returns the entries."""
+    file of the listed size, read from the listing: nothing is opened. Returns the entries.
+    ``pointers``: shards are LFS pointer files (sizes checked by :func:`check_lfs_pointers`)."""
     folder = run_folder(run)
     entries = source.entries(folder)
     listed = {f"{folder}/MANIFEST": None}
-    listed.update({f"{folder}/{s.path}": s.size for s in manifest.shards})
+    listed.update({f"{folder}/{s.path}": None if pointers else s.size for s in manifest.shards})
     listed.update({f"{folder}/{f.path}": f.size for f in manifest.files})
     for path in sorted(set(entries) - set(listed)):
         raise FormatError("a file the MANIFEST does not list", path=path, check="fileset",
@@ -151,6 +174,23 @@ def check_fileset(source: Source, run: str, manifest: Manifest) -> dict[str, Ent
             raise FormatError("file size differs from the MANIFEST", path=path, check="size",
                               expected=f"{size} bytes", got=f"{entry.size} bytes")
     return entries
+
+
+def check_lfs_pointers(source: Source, run: str, manifest: Manifest) -> None:
+    """Every shard of an LFS-store generation is a pointer naming the object its sealed
+    record names (nothing is downloaded)."""
+    from snapops.formats.lfs.pointer import MAX_POINTER
+    from snapops.formats.lfs.source import check_pointer
+
+    folder = run_folder(run)
+    for shard in manifest.shards:
+        path = f"{folder}/{shard.path}"
+        if shard.object is None or shard.encoding is None:
+            raise FormatError("an LFS-store shard without its stored object", path=path,
+                              check="lfs", expected="object=<oid> encoding=<key|res>", got="-")
+        read_pointer = getattr(source, "read_pointer", None)  # an LfsSource: the tree's file
+        check_pointer(read_pointer(path) if read_pointer else source.read(path, MAX_POINTER),
+                      path, shard)
 
 
 def _check_shards(source: Source, run: str, manifest: Manifest, options: GenerationOptions,

@@ -68,6 +68,8 @@ class GenerationSpec:
     sign_key: object = None
     hmac_key: bytes | None = None
     recipients: tuple[str, ...] = ()
+    store: str = "git"                         # git | lfs (shard bytes in a Git LFS store)
+    lfs: object = None                         # store=lfs: the LfsStash that uploads shards
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def write_parts(root: Path, spec: GenerationSpec, gen: int, ts: str,
     folder = root / "snapshots" / spec.run
     parts = sorted([write_part(folder, spec, gen, ts, ranks, base), *received],
                    key=lambda r: [_rank_key(x) for x in r.ranks])
-    manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format, world=world),
+    manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format, spec.store, world),
                         Prev(base.header.gen, _digest(previous)) if base else Prev())
     for part in parts:
         manifest.shards.extend(part.shards)
@@ -158,6 +160,8 @@ def check_spec(spec: GenerationSpec) -> None:
         raise DataError(f"run name {spec.run!r} is not usable in paths and tags")
     if spec.format not in EXTENSIONS:
         raise DataError(f"format {spec.format!r}: expected one of {', '.join(EXTENSIONS)}")
+    if spec.store not in ("git", "lfs") or (spec.store == "lfs") != (spec.lfs is not None):
+        raise DataError(f"store {spec.store!r}: expected git, or lfs with an LFS stash")
 
 
 def layout_boxes(ranks: dict[int | None, dict[str, Shard]]) -> list[RankBox]:
@@ -204,6 +208,9 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
         data = {p.name: piece_array(arrays, p) for p in plan.pieces}
         path = plan.path + suffix
         record, files, share = _shard(folder, path, data, gen, ts, spec, base)
+        if spec.lfs is not None and record.gen == gen:
+            record = spec.lfs.store(folder, record, base.shard(path) if base else None,
+                                    _itemsize(data))
         out.shards.append(record)
         out.files.extend(files)
         if record.gen == gen:
@@ -223,6 +230,15 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
         out.pieces.append(RankPiece(name, rank, logical, stored, pieces[name].global_shape,
                                     tuple(where[name]), partial_stats(arrays[name])))
     return out
+
+
+def _itemsize(data: dict[str, np.ndarray]) -> int:
+    """The width of the numbers that fill most of a shard (its residual's byte planes)."""
+    by_size: dict[int, int] = {}
+    for a in data.values():
+        by_size[a.dtype.itemsize] = by_size.get(a.dtype.itemsize, 0) + a.nbytes
+    size = max(by_size, key=by_size.get, default=1)
+    return size if size in (1, 2, 4, 8) else 1
 
 
 def array_records(pieces: list[RankPiece]) -> list[ArrayRecord]:

@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "textconv",
     "review",
     "restore",
+    "lfs",
 ]
 
 

@@ -103,6 +103,20 @@ SUITES = [
                             "help": "only these formats (repeatable; default both)"}),
            (("--rounds",), {"type": int, "default": 2,
                             "help": "timed rounds after one warm-up round (default 2)"}))),
+    Suite("storage", "git vs LFS store: bytes stored per generation, push, clone, restore",
+          "A real daemon writes --gens generations of a --size state (dense f32, dense bf16, "
+          "1%-rows sparse f32) into a bare remote, with store = git (WTXT) and store = lfs "
+          "(AERO; keyframes + residuals to a giftless on 127.0.0.1) in the same run: bytes "
+          "stored and their growth per generation against the raw bytes, request-to-pushed, "
+          "fresh clone, and restore of the newest generation (MB/s of raw bytes). With "
+          "--workdir the folders holding everything stored are kept.",
+          "snapops bench storage --size 128MiB --gens 30 --json", "128MiB",
+          ((("--gens",), {"type": int, "default": 30, "help": "generations (default 30)"}),
+           (("--regime",), {"action": "append", "dest": "regimes",
+                            "choices": ["dense_f32", "dense_bf16", "sparse_f32"],
+                            "help": "only these regimes (repeatable; default all)"}),
+           (("--store",), {"action": "append", "dest": "stores", "choices": ["git", "lfs"],
+                           "help": "only these stores (repeatable; default both)"}))),
 ]
 
 

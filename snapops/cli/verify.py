@@ -4,13 +4,14 @@ commit range as the hooks check it (CI)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from snapops.formats.errors import ConfigError
+from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
@@ -76,10 +77,63 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
 
     if not valid_run(run):
         raise ConfigError(f"--run {run!r}: not a run name ([A-Za-z0-9][A-Za-z0-9_.-]*)")
-    with generation_source(target, rev) as source:
-        report = verify_generation(source, run, generation_options(args))
+    with generation_source(target, rev) as source, \
+            contextlib.ExitStack() as stack:
+        if getattr(args, "fetch_lfs", False):
+            source = lfs_source(source, target, run, args, stack)
+        options = generation_options(args)
+        if Path(target, ".git").exists() or Path(target, "HEAD").is_file():
+            from snapops.hooks.gitio import Git
+
+            from .lfs import read_record
+
+            options = dataclasses.replace(options, retention=read_record(Git(target), target,
+                                                                         run))
+        report = verify_generation(source, run, options)
     report.details["source"] = source.label
     return report
+
+
+def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack, *,
+               required: bool = True):
+    """``source`` with its LFS-store shards restored from the LFS server (``--lfs-url``, or
+    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp);
+    not ``required``: a tree without an endpoint reads from the cache alone."""
+    import re
+
+    from snapops.formats.keys import read_key_file
+    from snapops.formats.lfs.client import LfsClient
+    from snapops.formats.lfs.objects import ObjectStore
+    from snapops.formats.lfs.source import LfsSource, tag_manifests
+    from snapops.hooks.gitio import Git
+
+    url = args.lfs_url
+    if not url:
+        text = _lfsconfig(source, target)
+        found = re.search(r"(?m)^\s*url\s*=\s*(\S+)\s*$", text)
+        if found is None and required:
+            raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
+        url = found[1] if found else None
+    token = None
+    if args.lfs_token_file:
+        token = read_key_file(args.lfs_token_file, "LFS token").decode("ascii", "replace").strip()
+    cache = args.lfs_cache or stack.enter_context(
+        tempfile.TemporaryDirectory(prefix="snapops-lfs-"))
+    return LfsSource(source, run, ObjectStore(cache, LfsClient(url, token) if url else None),
+                     manifests=tag_manifests(Git(target), run))
+
+
+def _lfsconfig(source, target: str) -> str:
+    """The ``.lfsconfig`` at the top of the verified tree (a commit's, or the folder's)."""
+    from snapops.formats.lfs.pointer import MAX_POINTER
+
+    commit = getattr(source, "commit", None)
+    try:
+        data = source.git.run("cat-file", "blob", f"{commit}:.lfsconfig") if commit else \
+            (Path(target) / ".lfsconfig").read_bytes()
+    except (OSError, GitError):
+        return ""
+    return data[:MAX_POINTER].decode("utf-8", "replace")
 
 
 def print_reports(reports: list[Report], as_json: bool) -> int:
@@ -130,7 +184,13 @@ def run_ci(args) -> int:
     if not (args.ci and args.range) or args.files or args.run:
         return _usage("--ci needs --range BASE..HEAD and no FILE or --run")
     git = Git(args.repo)
-    return run_range(git, args.range, sys.stderr, cfg=ci_config(git, args), as_json=args.json)
+    cfg = ci_config(git, args)
+    with contextlib.ExitStack() as stack:
+        lfs = None
+        if args.fetch_lfs:
+            def lfs(source, run):
+                return lfs_source(source, args.repo, run, args, stack)
+        return run_range(git, args.range, sys.stderr, cfg=cfg, as_json=args.json, lfs=lfs)
 
 
 def ci_config(git, args):
@@ -164,6 +224,14 @@ def register(sub) -> None:
     p.add_argument("--wsum", help="WSUM file for a streaming snapshot (default: FILE.wsum)")
     p.add_argument("--identity", help="age identity file: decrypt age-armored files on the fly")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--fetch-lfs", action="store_true",
+                   help="with --run or --ci, for LFS-store generations: download their objects "
+                        "and verify the reconstructed shards (default: pointers only)")
+    p.add_argument("--lfs-url", help="LFS endpoint for --fetch-lfs (default: the tree's "
+                                     ".lfsconfig)")
+    p.add_argument("--lfs-token-file", help="bearer token file for --fetch-lfs")
+    p.add_argument("--lfs-cache", help="object cache folder for --fetch-lfs (default: a temp "
+                                       "folder removed afterwards)")
     p.add_argument("--ci", action="store_true",
                    help="verify a commit range instead of files (with --range), as the hooks do")
     p.add_argument("--range", metavar="BASE..HEAD",

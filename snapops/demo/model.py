@@ -18,7 +18,7 @@ class ModelSize:
     width: int = 512
     heads: int = 8
     context: int = 128
-    batch: int = 8
+    batch: int = 4
 
     @classmethod
     def quick(cls) -> "ModelSize":

@@ -216,7 +216,7 @@ def run_demo(work: Path, *, quick: bool = False, seconds: float = 120.0, fmt: st
         daemon = subprocess.Popen([sys.executable, "-m", "snapops", "daemon", "run",
                                    "--config", str(config)], stdout=log, stderr=log)
         try:
-            training = train(work, size, seconds, 2 if quick else 4, out,
+            training = train(work, size, seconds, 2 if quick else 3, out,
                              max_generations=4 if quick else None)
             out("waiting for the daemon to push every generation")
             pushed, dropped = wait_pushed(work, training.requested, daemon, 900, out)

@@ -22,7 +22,8 @@ from .gitserve import git
 
 class DaemonEnv:
     def __init__(self, root: Path, remotes: dict[str, str], *, fmt: str = "wtxt",
-                 repo: Path | None = None, extra: str = "") -> None:
+                 repo: Path | None = None, extra: str = "", shard_max: str = "64KiB",
+                 repo_extra: str = "") -> None:
         self.root = root
         self.keys = root / "keys"
         if not self.keys.exists():
@@ -38,14 +39,14 @@ poll_interval = 0.2
 [snapshot]
 run = "t"
 format = "{fmt}"
-shard_max = "64KiB"
+shard_max = "{shard_max}"
 build = "test"
 [seal]
 hmac_key = "keys/hmac.key"
 sign_key = "keys/signing.key"
 [repo]
 path = "{self.repo}"
-{remote_tables}[push]
+{repo_extra}{remote_tables}[push]
 backoff_initial = 0.2
 backoff_max = 1.0
 timeout = 20.0

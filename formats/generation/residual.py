@@ -1,0 +1,157 @@
+"""Lossless numeric residuals: a shard file stored as the XOR against the same path's previous
+generation, byte-plane shuffled and zstd-compressed, with a header that binds it to its base.
+
+Consecutive generations of trained weights differ in their low mantissa bits: the XOR of two
+generations is mostly zero in the sign/exponent byte planes, which zstd then compresses well.
+Decoding checks that it is applied to the right base (length and SHA-256) and that the result
+is the exact target (length and SHA-256), so a residual yields the target's bytes or an error.
+Byte layout: ``docs/formats/residual.md``.
+
+>>> base = np.linspace(0, 1, 1000, dtype=np.float32).tobytes()
+>>> target = (np.linspace(0, 1, 1000, dtype=np.float32) * np.float32(1.001)).tobytes()
+>>> blob = encode_residual(base, target, itemsize=4)
+>>> decode_residual(base, blob) == target
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import zstandard as zstd
+from snapops.formats.errors import FormatError
+from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
+
+MAGIC = b"SNRS"
+VERSION = 1
+# magic, version, itemsize, flags, target length, base length, base sha256, target sha256,
+# payload length
+HEADER = struct.Struct("<4sBBHQQ32s32sQ")
+ITEMSIZES = (1, 2, 4, 8)
+LEVEL = 3
+THREADS = 2
+_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ResidualHeader:
+    itemsize: int
+    target_length: int
+    base_length: int
+    base_sha256: str
+    target_sha256: str
+    payload_length: int
+
+
+def _xor(base: bytes | memoryview, target: bytes | memoryview) -> np.ndarray:
+    """``target`` XOR ``base`` over the target's length (a shorter base counts as zeros)."""
+    out = np.frombuffer(target, np.uint8).copy()
+    n = min(len(base), len(out))
+    out[:n] ^= np.frombuffer(base, np.uint8, count=n)
+    return out
+
+
+def shuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
+    """Byte planes: all first bytes of each ``itemsize`` item, then all second bytes, ...;
+    a tail shorter than one item stays at the end as it is."""
+    whole = len(data) // itemsize * itemsize
+    planes = data[:whole].reshape(-1, itemsize).T.ravel()
+    return np.concatenate([planes, data[whole:]])
+
+
+def unshuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
+    whole = len(data) // itemsize * itemsize
+    items = data[:whole].reshape(itemsize, -1).T.ravel()
+    return np.concatenate([items, data[whole:]])
+
+
+def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *,
+                    itemsize: int) -> bytes:
+    """The residual that turns ``base`` into ``target``; ``itemsize`` is the width of the
+    numbers in the file (bytes per element of its dominant dtype)."""
+    if itemsize not in ITEMSIZES:
+        raise ValueError(f"itemsize must be one of {ITEMSIZES}, got {itemsize}")
+    planes = shuffle(_xor(base, target), itemsize)
+    payload = zstd.ZstdCompressor(level=LEVEL, threads=THREADS,
+                                  write_content_size=True).compress(planes.tobytes())
+    head = HEADER.pack(MAGIC, VERSION, itemsize, 0, len(target), len(base),
+                       hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
+                       len(payload))
+    return head + payload
+
+
+def read_header(blob: bytes | memoryview, path: str = "residual") -> ResidualHeader:
+    """The header of a residual, checked for shape (not yet against any base)."""
+    if len(blob) < HEADER.size:
+        raise FormatError("residual shorter than its header", path=path, offset=0,
+                          check="residual", expected=f"at least {HEADER.size} bytes",
+                          got=f"{len(blob)} bytes")
+    magic, version, itemsize, flags, t_len, b_len, b_sha, t_sha, p_len = \
+        HEADER.unpack_from(blob)
+    if magic != MAGIC:
+        raise FormatError("not a snapops residual", path=path, offset=0, check="residual",
+                          expected=repr(MAGIC), got=repr(magic))
+    if version != VERSION or flags != 0:
+        raise FormatError("unsupported residual version", path=path, offset=4,
+                          check="residual", expected=f"version {VERSION}, flags 0",
+                          got=f"version {version}, flags {flags}")
+    if itemsize not in ITEMSIZES:
+        raise FormatError("bad residual item size", path=path, offset=5, check="residual",
+                          expected=f"one of {ITEMSIZES}", got=str(itemsize))
+    if HEADER.size + p_len != len(blob):
+        raise FormatError("residual payload length differs from the header", path=path,
+                          offset=HEADER.size - 8, check="residual",
+                          expected=f"{HEADER.size + p_len} bytes in all", got=f"{len(blob)}")
+    return ResidualHeader(itemsize, t_len, b_len, b_sha.hex(), t_sha.hex(), p_len)
+
+
+def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
+                    path: str = "residual", limits: DeclaredLimits = DEFAULT_LIMITS) -> bytes:
+    """``target`` from ``base`` and its residual ``blob``; FormatError when ``blob`` is not a
+    residual of ``base`` or does not reproduce the target it names."""
+    head = read_header(blob, path)
+    check_declared("residual target", head.target_length, limits, path)
+    if len(base) != head.base_length or hashlib.sha256(base).hexdigest() != head.base_sha256:
+        raise FormatError("residual applied to the wrong base", path=path, offset=24,
+                          check="residual-base", expected=f"base sha256={head.base_sha256}",
+                          got=f"sha256={hashlib.sha256(base).hexdigest()}")
+    planes = _decompress(memoryview(blob)[HEADER.size:], head.target_length, path)
+    data = unshuffle(planes, head.itemsize)
+    n = min(len(base), len(data))
+    data[:n] ^= np.frombuffer(base, np.uint8, count=n)
+    out = data.tobytes()
+    got = hashlib.sha256(out).hexdigest()
+    if got != head.target_sha256:
+        raise FormatError("residual does not reproduce its target", path=path,
+                          check="residual-digest", expected=f"sha256={head.target_sha256}",
+                          got=f"sha256={got}")
+    return out
+
+
+def _decompress(payload: memoryview, length: int, path: str) -> np.ndarray:
+    """Exactly ``length`` bytes from one zstd frame, never more than that in memory."""
+    out = np.empty(length, np.uint8)
+    filled = 0
+    reader = zstd.ZstdDecompressor().stream_reader(payload, read_across_frames=False)
+    try:
+        while True:
+            block = reader.read(min(_BLOCK, length - filled + 1))
+            if not block:
+                break
+            if filled + len(block) > length:
+                raise FormatError("residual payload expands beyond its declared length",
+                                  path=path, offset=HEADER.size, check="residual",
+                                  expected=f"{length} bytes", got="more")
+            out[filled:filled + len(block)] = np.frombuffer(block, np.uint8)
+            filled += len(block)
+    except zstd.ZstdError as exc:
+        raise FormatError(f"residual payload is not valid zstd: {exc}", path=path,
+                          offset=HEADER.size, check="residual") from None
+    if filled != length:
+        raise FormatError("residual payload shorter than its declared length", path=path,
+                          offset=HEADER.size, check="residual", expected=f"{length} bytes",
+                          got=f"{filled} bytes")
+    return out

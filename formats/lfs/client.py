@@ -1,0 +1,186 @@
+"""A small Git LFS batch-API client: upload objects that the server lacks, download by oid.
+
+``POST {url}/objects/batch`` (JSON, ``application/vnd.git-lfs+json``) with a bearer token, then
+the ``basic`` transfer: ``PUT`` (upload) or ``GET`` (download) to each action's ``href`` with
+the action's own headers, and the ``verify`` action when the server gives one. An object the
+server already has comes back without actions and is not sent again, so an upload interrupted
+anywhere is simply repeated. The token goes into headers only; errors never show it, and URLs
+in errors are redacted.
+
+Example::
+
+    client = LfsClient("https://lfs.example/org/repo.git/info/lfs", token="...")
+    client.upload([LfsObject(oid, size, Path("shard.aero"))])   # -> (1, 0): sent, skipped
+    client.download(oid, size, Path("cache/obj"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapops.daemon.redact import redact_url
+from snapops.formats.errors import LfsError
+
+MEDIA = "application/vnd.git-lfs+json"
+MAX_JSON = 16 << 20
+BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class LfsObject:
+    oid: str
+    size: int
+    path: Path          # the local file holding the object's bytes (uploads)
+
+
+def lfs_url_for(remote_url: str) -> str:
+    """git-lfs's endpoint discovery for an HTTP(S) remote: ``<remote>[.git]/info/lfs``.
+
+    >>> lfs_url_for("https://git.example/org/repo")
+    'https://git.example/org/repo.git/info/lfs'
+    """
+    if not remote_url.startswith(("http://", "https://")):
+        raise LfsError(f"no LFS endpoint can be derived from {redact_url(remote_url)!r}: set "
+                       "[repo] lfs_url")
+    base = remote_url.rstrip("/")
+    return (base if base.endswith(".git") else base + ".git") + "/info/lfs"
+
+
+class LfsClient:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise LfsError(f"LFS url must be http(s): {redact_url(url)!r}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.uploaded = 0      # objects sent by this client (PUT)
+        self.skipped = 0       # objects the server already had
+
+    def __repr__(self) -> str:  # never the token
+        return f"LfsClient({redact_url(self.url)!r})"
+
+    def batch(self, operation: str, objects: list[tuple[str, int]]) -> list[dict]:
+        """The server's answer per object (``actions`` or ``error``), in the order asked."""
+        body = json.dumps({"operation": operation, "transfers": ["basic"],
+                           "objects": [{"oid": o, "size": s} for o, s in objects]}).encode()
+        headers = {"Accept": MEDIA, "Content-Type": MEDIA}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        answer = self._json("POST", f"{self.url}/objects/batch", body, headers)
+        found = {o.get("oid"): o for o in answer.get("objects", []) if isinstance(o, dict)}
+        out = []
+        for oid, size in objects:
+            item = found.get(oid)
+            if item is None:
+                raise LfsError(f"LFS batch answer lacks object {oid}")
+            out.append(item)
+        return out
+
+    def upload(self, objects: list[LfsObject]) -> tuple[int, int]:
+        """Send each object the server lacks; returns (sent, already there)."""
+        sent = skipped = 0
+        if not objects:
+            return 0, 0
+        answers = self.batch("upload", [(o.oid, o.size) for o in objects])
+        for obj, item in zip(objects, answers):
+            _raise_item_error(item, obj.oid)
+            actions = item.get("actions") or {}
+            if "upload" not in actions:
+                skipped += 1
+                continue
+            up = actions["upload"]
+            with open(obj.path, "rb") as f:
+                self._request("PUT", up["href"], f, {**_headers(up),
+                              "Content-Type": "application/octet-stream",
+                              "Content-Length": str(obj.size)})
+            if "verify" in actions:
+                ver = actions["verify"]
+                self._json("POST", ver["href"], json.dumps({"oid": obj.oid, "size": obj.size})
+                           .encode(), {**_headers(ver), "Accept": MEDIA, "Content-Type": MEDIA})
+            sent += 1
+        self.uploaded += sent
+        self.skipped += skipped
+        return sent, skipped
+
+    def download(self, oid: str, size: int, dest: Path) -> Path:
+        """Object ``oid`` into ``dest`` (atomically), checked by size and SHA-256."""
+        (item,) = self.batch("download", [(oid, size)])
+        _raise_item_error(item, oid)
+        action = (item.get("actions") or {}).get("download")
+        if action is None:
+            raise LfsError(f"LFS server offers no download of object {oid}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        h, got = hashlib.sha256(), 0
+        try:
+            with self._open("GET", action["href"], None, _headers(action)) as resp, \
+                    open(tmp, "wb") as out:
+                while block := resp.read(BLOCK):
+                    got += len(block)
+                    if got > size:
+                        raise LfsError(f"LFS object {oid}: server sent more than {size} bytes")
+                    h.update(block)
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            if got != size or h.hexdigest() != oid:
+                raise LfsError(f"LFS object {oid}: got {got} bytes with sha256 "
+                               f"{h.hexdigest()}, expected {size} bytes")
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dest
+
+    # --- HTTP ----------------------------------------------------------------------------
+    def _open(self, method: str, url: str, body, headers: dict):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise LfsError(f"LFS action href is not http(s): {redact_url(str(url))[:200]!r}")
+        request = urllib.request.Request(url, data=body, headers=headers, method=method)
+        try:
+            return urllib.request.urlopen(request, timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
+            raise LfsError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
+                           f"{redact_url(detail)[:200]}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise LfsError(f"LFS {method} {redact_url(url)}: {reason}") from None
+
+    def _request(self, method: str, url: str, body, headers: dict) -> bytes:
+        with self._open(method, url, body, headers) as resp:
+            return resp.read(MAX_JSON + 1)
+
+    def _json(self, method: str, url: str, body: bytes, headers: dict) -> dict:
+        data = self._request(method, url, body, headers)
+        if len(data) > MAX_JSON:
+            raise LfsError(f"LFS {method} {redact_url(url)}: answer larger than {MAX_JSON} bytes")
+        if not data.strip():
+            return {}
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            raise LfsError(f"LFS {method} {redact_url(url)}: answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise LfsError(f"LFS {method} {redact_url(url)}: answer is not a JSON object")
+        return answer
+
+
+def _headers(action: dict) -> dict:
+    headers = action.get("header") or {}
+    if not isinstance(headers, dict):
+        raise LfsError("LFS action headers are not an object")
+    return {str(k): str(v) for k, v in headers.items()}
+
+
+def _raise_item_error(item: dict, oid: str) -> None:
+    error = item.get("error")
+    if error:
+        message = error.get("message") if isinstance(error, dict) else error
+        code = error.get("code") if isinstance(error, dict) else None
+        raise LfsError(f"LFS object {oid}: server error {code}: {str(message)[:200]}")

@@ -1,0 +1,182 @@
+"""snapops lfs prune: retention for an LFS-store run (keep the last K, every Nth, milestones)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+
+from snapops.formats.errors import ConfigError, GitError
+
+from ._common import EXIT_OK, add_command
+
+
+def run_manifests(git, run: str) -> dict[int, object]:
+    """Every generation of ``run`` that has a tag ``<run>/gen-<gen>``, by gen."""
+    from snapops.formats.generation.manifest import parse_manifest
+    from snapops.formats.lfs.source import tag_manifests
+
+    read = tag_manifests(git, run)
+    out = {}
+    for ref in git.run("for-each-ref", "--format=%(refname)", f"refs/tags/{run}/").decode(
+            "ascii", "replace").split():
+        gen_text = ref.removeprefix(f"refs/tags/{run}/gen-")
+        if gen_text != ref and gen_text.isdigit():
+            data = read(int(gen_text))
+            if data is not None:
+                out[int(gen_text)] = parse_manifest(data, f"{ref}:snapshots/{run}/MANIFEST")
+    return out
+
+
+def milestone_gens(git, run: str, patterns: list[str]) -> set[int]:
+    """Gens of the commits that tags matching ``patterns`` name (their MANIFEST's gen)."""
+    from snapops.formats.generation.manifest import parse_manifest
+
+    gens = set()
+    tags = git.run("for-each-ref", "--format=%(refname:short)", "refs/tags/").decode(
+        "ascii", "replace").split()
+    for tag in tags:
+        if any(fnmatch.fnmatchcase(tag, p) for p in patterns):
+            try:
+                data = git.run("cat-file", "blob", f"{tag}^{{commit}}:snapshots/{run}/MANIFEST")
+            except GitError:
+                raise ConfigError(f"milestone tag {tag}: no generation of run {run} there") \
+                    from None
+            gens.add(parse_manifest(data, f"{tag}:snapshots/{run}/MANIFEST").header.gen)
+    return gens
+
+
+def read_record(git, target: str, run: str):
+    """The run's retention record: the work tree's file, else the HEAD commit's; or None."""
+    from snapops.formats.lfs.retention import MAX_RECORD, parse_record, record_path
+
+    path = Path(target) / record_path(run)
+    try:
+        data = path.read_bytes()[:MAX_RECORD + 1] if path.is_file() else \
+            git.run("cat-file", "blob", f"HEAD:{record_path(run)}")
+    except (OSError, GitError):
+        return None
+    return parse_record(data, record_path(run))
+
+
+def run_prune(args) -> int:
+    from snapops.formats.atomic import atomic_write_bytes
+    from snapops.formats.generation import valid_run
+    from snapops.formats.lfs.retention import (
+        LocalStoragePruner,
+        Policy,
+        RetentionRecord,
+        apply_retention,
+        plan_retention,
+        record_path,
+    )
+    from snapops.hooks.gitio import Git
+
+    if not valid_run(args.run):
+        raise ConfigError(f"--run {args.run!r}: not a run name")
+    if args.keep_last < 1 or args.keep_every < 0:
+        raise ConfigError("--keep-last must be >= 1 and --keep-every >= 0")
+    git = Git(args.repo)
+    manifests = run_manifests(git, args.run)
+    if not manifests:
+        raise ConfigError(f"{args.repo}: no generation tags {args.run}/gen-* there")
+    milestones = milestone_gens(git, args.run, args.milestone_tag or [f"{args.run}/milestone-*"])
+    previous = read_record(git, args.repo, args.run)
+    policy = Policy(args.keep_last, args.keep_every, frozenset(milestones))
+    plan = plan_retention(manifests, policy)
+    pruned = set(plan.pruned) | (set(previous.pruned) if previous else set())
+    deleted = 0
+    if not args.dry_run:
+        deleted = apply_retention(plan, LocalStoragePruner(args.local_storage))
+        record = RetentionRecord(policy, frozenset(pruned - plan.kept))
+        target = Path(args.repo) / record_path(args.run)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, record.render())
+    summary = {"policy": policy.describe(), "kept": sorted(plan.kept),
+               "pruned": sorted(pruned - plan.kept), "objects_kept": len(plan.keep_objects),
+               "objects_pruned": len(plan.prune_objects), "objects_deleted": deleted,
+               "record": record_path(args.run), "dry_run": args.dry_run}
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{args.run}: kept gens {summary['kept']}, pruned {summary['pruned']}; "
+              f"{deleted} object(s) deleted, {len(plan.keep_objects)} kept "
+              f"({'dry run' if args.dry_run else 'record ' + summary['record']})")
+    return EXIT_OK
+
+
+def run_restore(args) -> int:
+    """One generation (git or LFS store) restored and verified, written to ``--out``."""
+    import contextlib
+    import dataclasses
+
+    from snapops.formats.generation.load import load_from_source
+    from snapops.formats.registry import handler_for_suffix
+    from snapops.hooks.gitio import Git
+
+    from .verify import generation_options, generation_source, lfs_source
+
+    target = handler_for_suffix(args.out)
+    with generation_source(args.repo, args.rev) as source, contextlib.ExitStack() as stack:
+        source = lfs_source(source, args.repo, args.run, args, stack, required=False)
+        options = generation_options(args)
+        options = dataclasses.replace(options, retention=read_record(Git(args.repo), args.repo,
+                                                                     args.run))
+        snapshot = load_from_source(source, args.run, options=options)
+        fetched = source.store.fetched
+    result = target.save(snapshot, args.out, target.options())
+    print(f"restored {args.run} gen {snapshot.meta['gen']} ({len(snapshot.arrays)} arrays, "
+          f"{result.raw_bytes} raw bytes, {fetched} LFS object(s) fetched) to {result.path}")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lfs", help="the LFS store of snapshot runs",
+                       description="The LFS store of snapshot runs.")
+    lsub = p.add_subparsers(dest="lfs_command", metavar="ACTION")
+    prune = add_command(
+        lsub, "prune", help="retention: delete LFS objects of generations the policy drops",
+        description="Keep the last K generations, every Nth (gen divisible by N) and "
+                    "milestones (tags matching --milestone-tag, default <run>/milestone-*); "
+                    "every object a kept generation needs stays, its keyframe/residual chain "
+                    "included. Other objects are deleted from the store (--local-storage: a "
+                    "folder of one file per oid, <oid> or <oid[0:2]>/<oid[2:4]>/<oid>: giftless's "
+                    "local backend's <storage>/<org>/<repo>, git-lfs's object folder). Writes retention/<run>.retention into REPO (commit "
+                    "it): verify then reports those generations as pruned by retention.",
+        example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 --keep-every 50 "
+                "--local-storage /srv/lfs/org/weights --json",
+        func=run_prune)
+    prune.add_argument("repo", metavar="REPO", help="a clone (work tree) of the snapshot repo")
+    prune.add_argument("--run", required=True)
+    prune.add_argument("--keep-last", type=int, required=True)
+    prune.add_argument("--keep-every", type=int, default=0)
+    prune.add_argument("--milestone-tag", action="append", metavar="GLOB")
+    prune.add_argument("--local-storage", required=True, metavar="DIR")
+    prune.add_argument("--dry-run", action="store_true")
+    prune.add_argument("--json", action="store_true")
+    restore = add_command(
+        lsub, "restore", help="restore one generation, fetching exactly the LFS objects it needs",
+        description="Verify generation --run of REPO (the work tree, or --rev) and write its "
+                    "arrays to --out (format from the suffix: .npz, .safetensors, .wtxt, "
+                    ".aero, ...). LFS-store shards are rebuilt from their keyframe and residual "
+                    "chain, fetched from --lfs-url or the tree's .lfsconfig into --lfs-cache (or "
+                    "a temp folder); a generation pruned by retention is refused with that "
+                    "reason.",
+        example="snapops lfs restore snapshot-repo --run run1 --rev run1/gen-000012 "
+                "--lfs-token-file keys/lfs-read.token --out gen12.npz",
+        func=run_restore)
+    restore.add_argument("repo", metavar="REPO")
+    restore.add_argument("--run", required=True)
+    restore.add_argument("--rev")
+    restore.add_argument("--out", required=True)
+    restore.add_argument("--lfs-url")
+    restore.add_argument("--lfs-token-file")
+    restore.add_argument("--lfs-cache")
+    for flag in ("--hmac-key", "--identity"):
+        restore.add_argument(flag)
+    restore.add_argument("--trusted-key", action="append", default=[])
+    restore.add_argument("--require-signature", action="store_true")
+    restore.add_argument("--require-hmac", action="store_true")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

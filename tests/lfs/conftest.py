@@ -1,0 +1,1 @@
+from .giftless_env import giftless  # noqa: F401  (fixture)

@@ -1,0 +1,129 @@
+"""Retention of an LFS-store run: the right objects go, kept chains stay whole, pruned
+generations verify as "pruned by retention", a restore of one says so, kept ones restore."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from snapops.formats.errors import FormatError
+from snapops.formats.generation.load import load_from_source
+from snapops.formats.generation.manifest import parse_manifest
+from snapops.formats.generation.source import GitTreeSource
+from snapops.formats.generation.verify import GenerationOptions, verify_generation
+from snapops.formats.generation.write import (
+    GenerationSpec,
+    seal_in_ledger,
+    write_generation,
+)
+from snapops.formats.lfs.client import LfsClient
+from snapops.formats.lfs.objects import ObjectStore
+from snapops.formats.lfs.retention import Policy, parse_record, plan_retention
+from snapops.formats.lfs.source import LfsSource, tag_manifests
+from snapops.formats.lfs.stash import LfsStash
+from snapops.hooks.gitio import Git
+
+from snapops.cli import main
+from snapops.cli.lfs import read_record
+
+from ..daemon.gitserve import git
+from .giftless_env import ORG, REPO
+
+GENS, K = 9, 3      # keyframes at gens 1, 4, 7
+
+
+def state(gen: int) -> dict[str, np.ndarray]:
+    w = np.random.default_rng(0).standard_normal((2, 64, 64)).astype(np.float32)
+    step = np.random.default_rng(gen).standard_normal(w.shape).astype(np.float32)
+    return {"w": w * (1 + np.float32(1e-3) * gen * step)}
+
+
+@pytest.fixture
+def lfs_run(tmp_path, giftless):
+    """GENS generations of run r written with the LFS stash, committed and tagged by git."""
+    repo = tmp_path / "repo"
+    git("init", "-q", "-b", "main", str(repo))
+    git("config", "user.email", "t@t", cwd=repo)
+    git("config", "user.name", "t", cwd=repo)
+    stash = LfsStash(ObjectStore(tmp_path / "cache", LfsClient(giftless.url, giftless.token())),
+                     keyframe_every=K)
+    spec = GenerationSpec(run="r", format="aero", store="lfs", lfs=stash)
+    previous, objects = None, {}
+    for gen in range(1, GENS + 1):
+        written = write_generation(repo, spec, gen, f"2026-01-02T03:04:{gen:02d}Z", state(gen),
+                                   previous)
+        seal_in_ledger(repo, "r", written)
+        previous = written.data
+        objects[gen] = {s.object for s in written.manifest.shards}
+        git("add", "-A", cwd=repo)
+        git("commit", "-qm", f"gen {gen}", cwd=repo)
+        git("tag", f"r/gen-{gen:06d}", cwd=repo)
+    return repo, objects
+
+
+def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, tmp_path,
+                                                            capsys):
+    repo, objects = lfs_run
+    assert set(giftless.objects()) == set().union(*objects.values())
+    git("tag", "r/milestone-first-eval", "r/gen-000002", cwd=repo)
+    code = main(["lfs", "prune", str(repo), "--run", "r", "--keep-last", "2", "--keep-every",
+                 "5", "--local-storage", str(giftless.storage / ORG / REPO), "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    kept = {8, 9} | {5} | {2}
+    assert summary["kept"] == sorted(kept)
+    # independently: a kept gen needs every gen from its keyframe (1, 4, 7) up to itself
+    needed = {g for k in kept for g in range((k - 1) // K * K + 1, k + 1)}
+    assert needed == {1, 2, 4, 5, 7, 8, 9}
+    assert set(giftless.objects()) == set().union(*(objects[g] for g in needed))
+    assert summary["objects_deleted"] == len(set().union(*objects.values())) - \
+        len(giftless.objects())
+    record = parse_record((repo / "retention/r.retention").read_bytes())
+    assert record.pruned == {1, 3, 4, 6, 7}
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "retention", cwd=repo)
+    # verification: pruned gens report it (never missing or corrupt), kept ones fully
+    assert read_record(Git(repo), str(repo), "r") == record
+    store = ObjectStore(tmp_path / "fresh", LfsClient(giftless.url, giftless.token("read")))
+    options = GenerationOptions(retention=record)
+    for gen in range(1, GENS + 1):
+        scratch = tmp_path / f"s{gen}"
+        scratch.mkdir()
+        src = LfsSource(GitTreeSource(Git(repo), f"r/gen-{gen:06d}", scratch), "r", store,
+                        manifests=tag_manifests(Git(repo), "r"))
+        report = verify_generation(src, "r", options)
+        assert report.ok, report.failure
+        if gen in record.pruned:
+            assert report.details["pruned"] == f"gen {gen} pruned by retention (policy " \
+                "keep_last=2 keep_every=5 milestones=2)"
+            with pytest.raises(FormatError, match="pruned by retention"):
+                load_from_source(src, "r", options=options)
+        else:
+            assert "shards" in report.checks
+            snap = load_from_source(src, "r", options=options)
+            assert snap["w"].tobytes() == state(gen)["w"].tobytes()
+    code = main(["verify", str(repo), "--run", "r", "--rev", "r/gen-000003", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and "gen 3 pruned by retention (policy keep_last=2" in out
+    token = giftless.token_file(tmp_path, "read")
+    restore = ["lfs", "restore", str(repo), "--run", "r", "--lfs-url", giftless.url,
+               "--lfs-token-file", str(token)]
+    assert main(restore + ["--rev", "r/gen-000003", "--out", str(tmp_path / "g3.npz")]) == 2
+    assert "gen 3 pruned by retention" in capsys.readouterr().err
+    assert main(restore + ["--rev", "r/gen-000008", "--out", str(tmp_path / "g8.npz")]) == 0
+    assert "2 LFS object(s) fetched" in capsys.readouterr().out      # keyframe 7, residual 8
+    with np.load(tmp_path / "g8.npz") as npz:
+        assert npz["w"].tobytes() == state(8)["w"].tobytes()
+
+
+def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
+    repo, _ = lfs_run
+    manifests = {g: parse_manifest(git("show", f"r/gen-{g:06d}:snapshots/r/MANIFEST",
+                                       cwd=repo).encode() + b"\n") for g in range(1, GENS + 1)}
+    plan = plan_retention(manifests, Policy(1))
+    assert plan.kept == {9}
+    assert len(plan.keep_objects) == 3      # keyframe 7, residuals 8 and 9
+    del manifests[8]
+    with pytest.raises(FormatError, match="base"):
+        plan_retention(manifests, Policy(1))
