@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
@@ -21,7 +22,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -101,6 +102,22 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+_observers: list[Callable[[int], object]] = []   # progress bars of `snapops bench`
+
+
+@contextlib.contextmanager
+def reporting_to(update: Callable[[int], object] | None) -> Iterator[None]:
+    """While open, every measured operation of :func:`run_rounds` advances ``update`` by one
+    (what ``snapops bench`` draws on a terminal); None: nothing to report to."""
+    if update is not None:
+        _observers.append(update)
+    try:
+        yield
+    finally:
+        if update is not None:
+            _observers.remove(update)
+
+
 def run_rounds(operations: dict[str, Callable[[], object]], rounds: int, *, warmup: int = 1,
                memory: bool = True, after_round: Callable[[], object] | None = None
                ) -> dict[str, list[Measurement]]:
@@ -119,6 +136,8 @@ def run_rounds(operations: dict[str, Callable[[], object]], rounds: int, *, warm
                 operation()
             if round_ >= warmup:
                 kept[name].append(m.result)
+            for update in _observers:
+                update(1)
         if after_round is not None:
             after_round()
     return kept

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from ._common import add_command, add_group, parse_size
+from ._common import add_command, add_group, parse_size, progress_bar
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,13 @@ def _dest(flag_args: tuple, flag_kwargs: dict) -> str:
 def _run(suite: Suite, args) -> int:
     options = {dest: getattr(args, dest)
                for dest in (_dest(*flag) for flag in suite.flags)}
+    from snapops.bench._measure import reporting_to
+
     module = importlib.import_module(f"snapops.bench.{suite.name}")
-    result = getattr(module, f"run_{suite.name}")(size=args.size, workdir=args.workdir,
-                                                  **options)
+    with progress_bar(f"bench {suite.name}", unit="op", enabled=not args.json) as update, \
+            reporting_to(update):
+        result = getattr(module, f"run_{suite.name}")(size=args.size, workdir=args.workdir,
+                                                      **options)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:

@@ -51,3 +51,10 @@ def test_bars_on_a_terminal_only_and_never_with_json(tmp_path):
                             str(tmp_path / "t.wtxt")], capture_output=True, text=True,
                            check=False)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_bench_counts_its_measured_operations_on_a_terminal():
+    code, _, tty = run_on_tty("bench", "wtxt", "--size", "256KiB")
+    assert code == 0 and "bench wtxt:" in tty and "op" in tty, tty
+    code, out, tty = run_on_tty("bench", "wtxt", "--size", "256KiB", "--json")
+    assert code == 0 and out.lstrip().startswith("{") and tty == "", tty

@@ -525,7 +525,7 @@ def test_absurd_block_headers(tmp_path, fields, error):
     if error is None:
         finf.load(path, verify=False)
         assert isinstance(finf.verify(path).failure, ChecksumError)
-        with pytest.raises(ChecksumError):
+        with pytest.raises(ChecksumError, match=r"\[checksum\]"):
             finf.load(path)
         return
     assert isinstance(_bounded(lambda: finf.load(path)), error)

@@ -61,8 +61,10 @@ def test_wrong_base_refused():
         decode_residual(other, blob)
 
 
-@pytest.mark.parametrize("where", ["magic", "payload", "length", "target_digest"])
-def test_corrupt_residual_refused(where):
+@pytest.mark.parametrize("where,check", [("magic", "residual"), ("payload", "residual-digest"),
+                                         ("length", "residual"),
+                                         ("target_digest", "residual-digest")])
+def test_corrupt_residual_refused(where, check):
     base, target = _pair(np.float32, n=1000)
     blob = bytearray(encode_residual(base, target, itemsize=4))
     if where == "magic":
@@ -73,7 +75,7 @@ def test_corrupt_residual_refused(where):
         blob += b"\0"
     else:
         blob[60] ^= 1                       # inside the target's SHA-256
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match=rf"\[{check}\]"):
         decode_residual(base, bytes(blob))
 
 
@@ -82,7 +84,7 @@ def test_declared_size_bounded_before_anything_is_allocated():
     payload = zstd.ZstdCompressor().compress(b"\0" * 16)
     head = HEADER.pack(b"SNRS", 1, 4, 0, 1 << 40, 16, hashlib.sha256(base).digest(),
                        b"\0" * 32, len(payload))
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError, match=r"\[limit\]"):
         decode_residual(base, head + payload, limits=DeclaredLimits(max_bytes=1 << 30))
 
 

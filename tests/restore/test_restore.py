@@ -177,7 +177,7 @@ def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, a
 
 def test_errors_name_the_url_without_its_secret(tmp_path):
     bare = init_bare(tmp_path / "empty.git")
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError, match=r"http://\*\*\*@") as err:
         snapops.load_generation("http://user:s3cret@127.0.0.1:1/x.git?token=abc", RUN)
     assert "s3cret" not in str(err.value) and "abc" not in str(err.value)
     assert "http://***@127.0.0.1:1/x.git?token=***" in str(err.value)
