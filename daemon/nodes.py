@@ -213,7 +213,7 @@ def place_part(git: NodeGit, commit: str, part: PartFile, folder: Path) -> PartW
                 raise FormatError("a part file differs from its PART record",
                                   path=f"part commit {commit[:12]}:{path}", check="digest",
                                   expected=f"{size} bytes sha256={sha256}")
-            if fmt == "wtxt" and target.exists() and changed_share(target, tmp) > 0.5:
+            if text_format(fmt) and target.exists() and changed_share(target, tmp) > 0.5:
                 written.dense.append(path)
 
         with git.open_blob(f"{commit}:{path}") as stream, \
@@ -349,3 +349,11 @@ class PartExchange:
             parts.append(place_part(self.git, commit, found, folder))
             ts = min(ts or found.header.ts, found.header.ts)
         return tuple(parts), ts
+
+
+def text_format(name: str | None) -> bool:
+    """Line-oriented text (WTXT): git's delta search can pay off unless most lines changed
+    (None: a companion file, not a shard)."""
+    from snapops.formats.registry import handler
+
+    return name is not None and handler(name).capabilities.streams_text

@@ -133,7 +133,7 @@ def open_snapshot(path: str | os.PathLike, *, rows_per_block: int | None = None,
             first = snap.arrays[snap.names()[0]].read(0, 10)
     """
     handler = detect(path)
-    if handler.name == "wtxt":
+    if handler.capabilities.streams_text:  # WTXT: chunks compared by their ch-line digests
         return _open_wtxt(os.fspath(path), rows_per_block)
     return _open_generic(os.fspath(path), handler, rows_per_block, limits)
 

@@ -113,9 +113,10 @@ class Bench:
         from snapops.formats.generation.verify import file_sha256
         from snapops.formats.registry import handler
 
+        chosen = handler(self.fmt)
         opts = {"hmac_key": self.keys / "hmac.key", "trusted_keys": [self.keys]} \
-            if self.fmt == "wtxt" else {}
-        verify = handler(self.fmt).verify
+            if chosen.capabilities.can_hmac else {}
+        verify = chosen.verify
         with ThreadPoolExecutor(2) as pool:
             sha = _timed(lambda: list(pool.map(file_sha256, self.shards())))
             own = _timed(lambda: list(pool.map(lambda p: verify(str(p), **opts),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from snapops.formats.errors import ConfigError, GitError
 
-from ._common import EXIT_OK, add_command
+from ._common import EXIT_OK, add_command, add_group
 
 
 def run_manifests(git, run: str) -> dict[int, object]:
@@ -133,8 +133,9 @@ def run_restore(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lfs", help="the LFS store of snapshot runs",
-                       description="The LFS store of snapshot runs.")
+    p = add_group(sub, "lfs", help="the LFS store of snapshot runs",
+                  description="The LFS store of snapshot runs: retention and restore.",
+                  example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 --dry-run")
     lsub = p.add_subparsers(dest="lfs_command", metavar="ACTION")
     prune = add_command(
         lsub, "prune", help="retention: delete LFS objects of generations the policy drops",
