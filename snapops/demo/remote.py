@@ -23,8 +23,11 @@ def guarded_remote(path: Path, trusted: Path) -> Path:
     if not path.exists():
         run_git(["init", "-q", "--bare", "-b", "main", str(path)], what="init")
     install_hooks(path)
+    # pack.*: serve clones and restores without a delta search over every shard (what the
+    # README recommends for a snapshot remote)
     for key, value in (("snapops.trustedKeys", str(trusted)),
-                       ("snapops.requireSignature", "true")):
+                       ("snapops.requireSignature", "true"),
+                       ("pack.window", "0"), ("pack.compression", "0")):
         run_git(["config", key, value], cwd=path, what="config")
     return path
 
