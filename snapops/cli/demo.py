@@ -26,10 +26,12 @@ def register(sub) -> None:
                     "daemon serializes, seals (HMAC + Ed25519), commits and pushes every "
                     "generation through a pre-receive hook that requires signatures, to a bare "
                     "remote served by `git daemon` on 127.0.0.1. Then the remote is cloned, "
-                    "every generation verified, the newest restored into a fresh model and "
-                    "compared tensor by tensor, and the numbers written to WORKDIR/summary.md. "
+                    "every generation verified, the newest restored from the remote into a "
+                    "fresh model and compared tensor by tensor, the last two generations "
+                    "reviewed into WORKDIR/review/ (Markdown + PNG), and the numbers written "
+                    "to WORKDIR/summary.md. "
                     "Exit 0 only if everything held.",
-        example="snapops demo --workdir demo-work      # ~3 minutes; --quick: ~30 s", func=run)
+        example="snapops demo --workdir demo-work      # ~6 minutes; --quick: ~30 s", func=run)
     p.add_argument("--workdir", default="demo-work", help="folder for keys, repo and remote")
     p.add_argument("--quick", action="store_true",
                    help="a tiny model for a few seconds (what the tests run)")
