@@ -110,6 +110,20 @@ timeout = 20.0
         raise AssertionError(f"timed out waiting for {what}; status {self.status()}\n"
                              f"{self.log.read_text()[-3000:]}")
 
+    def push_all(self, states: dict, what: str = "generations pushed",
+                 timeout: float = 90.0) -> None:
+        """Start the daemon, request every ``gen -> state``, wait until all are pushed and
+        stop it with SIGTERM (exit 0); the daemon is killed whatever happens."""
+        try:
+            self.start()
+            with self.client(policy="block") as client:
+                for gen, state in states.items():
+                    client.request(state, gen)
+            self.wait(self.all_pushed, timeout=timeout, what=what)
+            assert self.terminate() == 0
+        finally:
+            self.kill()
+
     def all_pushed(self) -> bool:
         state = self.state()
         pending = [g for g in state.gens.values() if g.state != DROPPED

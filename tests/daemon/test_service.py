@@ -287,15 +287,7 @@ def test_sealing_options_delta_wsum_age_retention_json_logs(tmp_path):
     text = text.replace('path = "', 'retention = 1\npath = "', 1)
     env.config.write_text(text)
     expected = {g: state_for(g) for g in (1, 2, 3)}
-    try:
-        env.start()
-        with env.client(policy="block") as client:
-            for gen, state in expected.items():
-                client.request(state, gen)
-        env.wait(env.all_pushed, what="sealed generations pushed")
-        assert env.terminate() == 0
-    finally:
-        env.kill()
+    env.push_all(expected, what="sealed generations pushed")
     files = git("ls-tree", "-r", "--name-only", "main", cwd=bare).split()
     assert all(f.endswith((".wtxt.age", ".wtxt.wsum.age")) for f in files
                if "/shards/" in f), files

@@ -17,15 +17,7 @@ FORMATS = ["wtxt", "fold", "aero", "pycauset", "finf"]
 
 
 def run_daemon(env: DaemonEnv, states: dict[int, dict]) -> None:
-    try:
-        env.start()
-        with env.client(policy="block") as client:
-            for gen, state in states.items():
-                client.request(state, gen)
-        env.wait(env.all_pushed, what="generations accepted by the guarded remote")
-        assert env.terminate() == 0
-    finally:
-        env.kill()
+    env.push_all(states, what="generations accepted by the guarded remote")
 
 
 def verified_remotely(remote: Repo, keys) -> None:

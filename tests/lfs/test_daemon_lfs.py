@@ -53,15 +53,7 @@ def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftl
     bare = init_bare(tmp_path / "remote.git")
     env = lfs_env(tmp_path, giftless, bare)
     states = {gen: dense(gen) for gen in range(1, GENS + 1)}
-    try:
-        env.start()
-        with env.client(policy="block") as client:
-            for gen, state in states.items():
-                client.request(state, gen)
-        env.wait(env.all_pushed, timeout=240, what="twelve generations pushed")
-        assert env.terminate() == 0
-    finally:
-        env.kill()
+    env.push_all(states, what="twelve generations pushed", timeout=240)
     assert giftless.token(  # the token file's content never reaches the log
         "write")[:20] not in env.log.read_text()
     last = parse_manifest((env.repo / "snapshots/t/MANIFEST").read_bytes())
