@@ -48,25 +48,34 @@ def array_stats(array: np.ndarray) -> Stats | None:
 
 
 def partial_stats(array: np.ndarray) -> Partial | None:
-    """The accumulators of ``array`` (None for dtypes without statistics)."""
+    """The accumulators of ``array`` (None for dtypes without statistics).
+
+    Extremes are taken in the array's own dtype (widening is monotonic, so they equal the
+    float64 ones); a chunk whose extremes are finite holds no NaN or Inf, so only other chunks
+    pay for the finiteness mask. Squares are summed pairwise by numpy rather than by a BLAS
+    dot, which would start its own threads beside the writer's.
+    """
     flat = np.ascontiguousarray(array).reshape(-1)
     if not _numeric(flat.dtype):
         return None
     total = sq = 0.0
     lo, hi = math.inf, -math.inf
     finite_count = nan = inf = 0
+    buffer = np.empty(min(CHUNK_ELEMS, flat.size), np.float64)
     for start in range(0, flat.size, CHUNK_ELEMS):
-        chunk = flat[start:start + CHUNK_ELEMS].astype(np.float64)
-        finite = np.isfinite(chunk)
-        if not finite.all():
+        piece = flat[start:start + CHUNK_ELEMS]
+        chunk = buffer[:piece.size]
+        np.copyto(chunk, piece, casting="unsafe")
+        if not (math.isfinite(chunk.min()) and math.isfinite(chunk.max())):
+            finite = np.isfinite(chunk)
             bad = int(chunk.size - np.count_nonzero(finite))
             nans = int(np.count_nonzero(np.isnan(chunk)))
             nan, inf = nan + nans, inf + bad - nans
             chunk = chunk[finite]
         if chunk.size:
-            total += float(chunk.sum())
-            sq += float(np.dot(chunk, chunk))
             lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
+            total += float(chunk.sum())
+            sq += float(np.square(chunk, out=chunk).sum())
             finite_count += chunk.size
     return Partial(total, sq, lo, hi, finite_count, nan, inf)
 
