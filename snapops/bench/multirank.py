@@ -10,7 +10,8 @@ bytes each, and the WAL's record times split each into spooling (first REQ to la
 serializing, committing and pushing. Each rank's ``request()`` stall is compared with a memcpy
 of its part in the same process just before, one rank at a time (with a core per rank, as on a
 training machine, ranks do not compete for one), on a spool no daemon reads (medians over the
-generations after the first, which allocates the pinned buffers).
+generations after the first, which allocates the pinned buffers). Before each generation every
+rank moves every weight (a dense training step), so every shard is rewritten each time.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from snapops.daemon.client import WAL_NAME
 from snapops.daemon.wal import WalReader
 
 from ._measure import fmt_bytes, model_state
-from .pipeline import _Stack, _median_time
+from .pipeline import _median_time, _perturb, _Stack
 
 GENS = 4   # the first one warms buffers and caches; the others are measured
 
@@ -79,6 +80,7 @@ def _rank_main(folder: str, rank: int, world: int, size: int, turn, start, resul
     with Snapshotter(Path(folder) / "spool", rank=rank, world_size=world,
                      policy="block") as snap:
         for gen in range(1, GENS + 1):
+            _perturb(arrays, 1e-3)   # every weight moves, as in a training step
             start.wait()
             t0 = time.monotonic()
             snap.request(part, gen)
@@ -87,12 +89,12 @@ def _rank_main(folder: str, rank: int, world: int, size: int, turn, start, resul
     results.put((rank, "bytes", sum(a.nbytes for a in arrays.values())))
 
 
-def run_world(size: int, world: int, folder: Path) -> dict:
+def run_world(size: int, world: int, folder: Path, fmt: str = "wtxt") -> dict:
     """A daemon for ``world`` ranks and its ranks; request-to-pushed and stalls per gen."""
     folder.mkdir()
     os.environ["SNAPOPS_CLUSTER_WORLD_SIZE"] = str(world)   # the stack's daemon inherits it
     try:
-        stack = _Stack(folder)
+        stack = _Stack(folder, fmt=fmt)
     finally:
         del os.environ["SNAPOPS_CLUSTER_WORLD_SIZE"]
     ctx = multiprocessing.get_context("spawn")
@@ -152,18 +154,19 @@ def phases(wal: Path) -> dict[str, float]:
     return out
 
 
-def run_multirank(size: int, ranks: int = 4, workdir: str | None = None) -> dict:
+def run_multirank(size: int, ranks: int = 4, workdir: str | None = None,
+                  fmt: str = "wtxt") -> dict:
     with tempfile.TemporaryDirectory(dir=workdir, prefix="snapops-bench-") as tmp:
-        one = run_world(size, 1, Path(tmp) / "w1")
-        many = run_world(size, ranks, Path(tmp) / f"w{ranks}")
-    return {"size": size, "ranks": ranks, "one": one, "many": many,
+        one = run_world(size, 1, Path(tmp) / "w1", fmt)
+        many = run_world(size, ranks, Path(tmp) / f"w{ranks}", fmt)
+    return {"size": size, "ranks": ranks, "format": fmt, "one": one, "many": many,
             "ratio": many["median_s"] / one["median_s"], "load": os.getloadavg()}
 
 
 def render_multirank(r: dict) -> str:
     one, many = r["one"], r["many"]
     worst = max(many["ranks"], key=lambda x: x["ratio"])
-    lines = [f"multirank bench, {fmt_bytes(r['size'])} per rank (load average "
+    lines = [f"multirank bench, {r['format']}, {fmt_bytes(r['size'])} per rank (load average "
              f"{r['load'][0]:.2f}):"]
     for run in (one, many):
         lines.append(

@@ -84,7 +84,7 @@ def _free_port() -> int:
 class _Stack:
     """A git daemon on 127.0.0.1 and a snapops daemon pushing to it; the remote can go away."""
 
-    def __init__(self, folder: Path, nice: int | None = None) -> None:
+    def __init__(self, folder: Path, nice: int | None = None, fmt: str = "wtxt") -> None:
         self.folder = folder
         self.served = folder / "served"
         self.served.mkdir()
@@ -96,7 +96,7 @@ class _Stack:
         self.start_remote()
         config = folder / "snapops.toml"
         niceness = "" if nice is None else f"nice = {nice}\n"
-        config.write_text(f"""[daemon]\n{niceness}[snapshot]\nrun = "bench"\n
+        config.write_text(f"""[daemon]\n{niceness}[snapshot]\nrun = "bench"\nformat = "{fmt}"\n
 [repo]\npath = "repo"\n[[repo.remote]]\nname = "net"\nurl = "git://127.0.0.1:{self.port}/snap.git"
 [push]\nbackoff_max = 5.0\n""")
         self.log = open(folder / "daemon.log", "ab")

@@ -65,8 +65,11 @@ SUITES = [
           "ranks (each its own process holding --size bytes of a row-split state): each rank's "
           "request() against a memcpy of its part, and request-to-pushed of N ranks x --size "
           "against 1 rank x --size, in the same run.",
-          "snapops bench multirank --size 64MiB --ranks 4", "64MiB",
-          ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),)),
+          "snapops bench multirank --size 64MiB --ranks 4 --format aero", "64MiB",
+          ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),
+           (("--format",), {"dest": "fmt", "default": "wtxt",
+                            "choices": ["wtxt", "aero", "fold", "pycauset", "finf"],
+                            "help": "the run's snapshot format (default wtxt)"}))),
     Suite("formats", "AERO, FOLD, PyCauset and FINF write/open/verify throughput",
           "Each binary format on the same model-like state: write, open (mmap), read/verify "
           "throughput and metadata update time.",
