@@ -8,7 +8,8 @@ shards) in WTXT and in AERO, MB/s of raw array bytes and wall seconds of:
   floors it is made of, each on 2 threads: SHA-256 of every file, and every shard's own verify;
   and the same verifier without the formats' own verify (``deep=False``: sealed digests and
   the arrays' names, dtypes and shapes only);
-* ``verify_git``: the same from the commit (blobs copied from git into a scratch folder);
+* ``verify_git``: the same from the commit (blobs copied from git into a scratch folder; the
+  work repository stores objects as the daemon's does, ``[repo] compression`` 0);
 * ``pre_receive``: ``snapops hook pre-receive`` as installed by ``snapops hooks install`` in a
   bare repository (a fresh process: start-up included; best of 3), for the first generation
   and for a next one where one shard changed (the accepted parent's shards are not read);
@@ -71,6 +72,8 @@ class Bench:
     """One format: a work tree with the generation committed, a bare repository with hooks."""
 
     def __init__(self, work: Path, fmt: str, size: int) -> None:
+        from snapops.config.schema import RepoConfig
+        from snapops.daemon.worktree import configure_repo
         from snapops.formats.generation.write import GenerationSpec
         from snapops.formats.keys import generate_keys, load_hmac_key
 
@@ -84,6 +87,7 @@ class Bench:
         self.raw = sum(a.nbytes for a in self.state.values())
         self.repo.mkdir()
         _git(self.repo, "init", "-q", "-b", "main")
+        configure_repo(self.repo, RepoConfig().compression)  # objects as the daemon stores them
 
     def options(self):
         from snapops.formats.generation.verify import GenerationOptions
