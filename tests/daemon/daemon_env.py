@@ -136,10 +136,11 @@ timeout = 20.0
                        for line in out.splitlines() if "refs/tags/" in line})
 
 
-def state_for(gen: int, rows: int = 256) -> dict[str, np.ndarray]:
-    """A small deterministic state; each gen changes a few rows."""
+def state_for(gen: int, rows: int = 256, cols: int = 64, bias: int = 16
+              ) -> dict[str, np.ndarray]:
+    """A small deterministic state; each gen changes one row of the embedding and the step."""
     rng = np.random.default_rng(0)
-    emb = rng.standard_normal((rows, 64)).astype(np.float32)
+    emb = rng.standard_normal((rows, cols)).astype(np.float32)
     emb[gen % rows] += gen
-    return {"emb.weight": emb, "head.bias": np.full(16, gen, np.float64),
+    return {"emb.weight": emb, "head.bias": np.full(bias, gen, np.float64),
             "step": np.array(gen, np.int64)}

@@ -16,6 +16,7 @@ from snapops.formats.generation.manifest import gen_text
 from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
 from snapops.formats.keys import load_hmac_key
 from snapops.hooks.install import install_hooks
+from tests.daemon.daemon_env import state_for
 
 TS = "2026-01-02T03:04:05Z"
 RUN = "run1"
@@ -40,12 +41,8 @@ def git_env(tmp_path: Path) -> dict[str, str]:
 
 
 def state(gen: int, rows: int = 64) -> dict[str, np.ndarray]:
-    """A small state; each gen changes one row and the step."""
-    rng = np.random.default_rng(0)
-    emb = rng.standard_normal((rows, 16)).astype(np.float32)
-    emb[gen % rows] += gen
-    return {"emb.weight": emb, "head.bias": np.full(8, gen, np.float64),
-            "step": np.array(gen, np.int64)}
+    """A small state (16 columns, 8 biases); each gen changes one row and the step."""
+    return state_for(gen, rows, cols=16, bias=8)
 
 
 class Repo:
