@@ -3,7 +3,8 @@
 Measured in one run, interleaved round by round after a warm-up round: one hashlib SHA-256
 pass over the state; ``save`` plain and sealed (HMAC key + Ed25519 signing key, what the daemon
 writes); ``verify`` without keys and with the HMAC key and trusted key (signature and HMAC
-required); ``load`` of the sealed file. Each is reported as MB/s of raw array bytes (median
+required); ``load`` of the sealed file; and the disk's floor for a save: writing and fsyncing
+as many (random) bytes as the file holds, shown in MB/s of the state's raw bytes. Each is reported as MB/s of raw array bytes (median
 run), as a ratio to the SHA-256 pass of the same run, with its CPU seconds (all threads: how
 well both cores are used) and its peak extra memory.
 """
@@ -14,6 +15,8 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from snapops.formats import wtxt
 from snapops.formats.keys import generate_keys
@@ -30,7 +33,9 @@ LABELS = {
     "verify": "verify, no keys",
     "verify_keyed": "verify, HMAC key + trusted key",
     "load": "load (sealed file, no keys)",
+    "disk": "disk: fsync'd write, file's size",
 }
+TEXT_PER_RAW = 4 / 3 * 79 / 76   # base64, then 76 characters + " p\n" per line
 
 
 def _operations(state: dict, folder: Path, row_blocking: bool, threads: int) -> dict:
@@ -41,6 +46,15 @@ def _operations(state: dict, folder: Path, row_blocking: bool, threads: int) -> 
     sealing = dict(hmac_key=keys / "hmac.key", sign_key=keys / "signing.key")
     checking = dict(hmac_key=keys / "hmac.key", trusted_keys=[keys / "signing.pub"],
                     require_signature=True, require_hmac=True)
+
+    text = np.random.default_rng(0).bytes(int(sum(a.nbytes for a in state.values())
+                                             * TEXT_PER_RAW))
+
+    def disk():
+        """The durable-write floor: as many bytes as the file, written and fsynced."""
+        with open(folder / "disk.bin", "wb", buffering=0) as f:
+            f.write(text)
+            os.fsync(f.fileno())
 
     def verified(**options):
         report = wtxt.verify(sealed, workers=threads, **options)
@@ -54,6 +68,7 @@ def _operations(state: dict, folder: Path, row_blocking: bool, threads: int) -> 
         "verify": verified,
         "verify_keyed": lambda: verified(**checking),
         "load": lambda: wtxt.load(sealed, workers=threads),
+        "disk": disk,
     }
 
 

@@ -27,12 +27,13 @@ def test_wtxt_suite_reports_every_operation_against_one_sha256_pass(tmp_path, ca
     r = _bench(capsys, "wtxt", "--size", "1MiB", "--rounds", "1", "--workdir", str(tmp_path))
     ops = r["operations"]
     assert set(ops) == {"sha256", "encode_plain", "encode_sealed", "verify", "verify_keyed",
-                        "load"}
+                        "load", "disk"}
     assert ops["sha256"]["ratio_to_sha256"] == pytest.approx(1.0)
     for op in ops.values():
         assert op["MBps"] > 0 and op["cpu_seconds"] >= 0 and len(op["all_MBps"]) == 1
     assert ops["encode_sealed"]["target_ratio"] == 0.25
     assert r["file_bytes"]["sealed"] > r["raw_bytes"]
+    assert ops["disk"]["target_ratio"] is None
     assert list(tmp_path.iterdir()) == []
 
 
