@@ -174,16 +174,20 @@ def rank_prefix(rank: int | None) -> str:
     return "shards/" if rank is None else f"shards/r{rank:04d}/"
 
 
+SHARDS_IN_FLIGHT = 2
+
+
 def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
                ranks: dict[int | None, dict[str, Shard]], base: Manifest | None) -> PartWritten:
     """Write (or reuse from ``base``) the shards of every rank's pieces into ``folder``; ranks
     are written in parallel (the codecs release the GIL), their records merged in rank order."""
     order = sorted(ranks, key=_rank_key)
+    workers = min(len(order), os.cpu_count() or 1)
 
     def one(rank: int | None) -> PartWritten:
-        return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base)
+        return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base,
+                           in_flight=SHARDS_IN_FLIGHT if workers == 1 else 1)
 
-    workers = min(len(order), os.cpu_count() or 1)
     if workers > 1:
         with ThreadPoolExecutor(workers, thread_name_prefix="snapops-rank") as pool:
             done = list(pool.map(one, order))
@@ -197,20 +201,35 @@ def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
 
 
 def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int | None,
-                pieces: dict[str, Shard], base: Manifest | None) -> PartWritten:
-    """The shards of one rank and its pieces (boxes in global coordinates, partial stats)."""
+                pieces: dict[str, Shard], base: Manifest | None, *,
+                in_flight: int = 1) -> PartWritten:
+    """The shards of one rank and its pieces (boxes in global coordinates, partial stats).
+    ``in_flight`` shards are written at once (one's fsync waits for the disk while the next
+    is encoded; the LFS store uploads one at a time); the statistics are computed beside
+    them. Records come out in plan order whatever the order of completion."""
     out = PartWritten((rank,))
     arrays = {n: piece.local for n, piece in pieces.items()}
     caps = handler(spec.format).capabilities
     suffix = AGE_SUFFIX if spec.recipients else ""
     where: dict[str, list[Part]] = {}
-    for plan in plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format], rank_prefix(rank)):
+
+    def write_one(plan):
         data = {p.name: piece_array(arrays, p) for p in plan.pieces}
         path = plan.path + suffix
         record, files, share = _shard(folder, path, data, gen, ts, spec, base)
         if spec.lfs is not None and record.gen == gen:
             record = spec.lfs.store(folder, record, base.shard(path) if base else None,
                                     _itemsize(data))
+        return record, files, share
+
+    plans = plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format], rank_prefix(rank))
+    with ThreadPoolExecutor(in_flight if spec.lfs is None else 1,
+                            thread_name_prefix="snapops-shard") as pool:
+        written = [pool.submit(write_one, plan) for plan in plans]
+        stats = {name: pool.submit(partial_stats, array) for name, array in arrays.items()}
+        done = [job.result() for job in written]
+    for plan, (record, files, share) in zip(plans, done):
+        path = plan.path + suffix
         out.shards.append(record)
         out.files.extend(files)
         if record.gen == gen:
@@ -228,7 +247,7 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
                             f"(supported: {', '.join(DTYPES)})")
         stored = None if caps.stores(logical) else unsigned_for(arrays[name].dtype)
         out.pieces.append(RankPiece(name, rank, logical, stored, pieces[name].global_shape,
-                                    tuple(where[name]), partial_stats(arrays[name])))
+                                    tuple(where[name]), stats[name].result()))
     return out
 
 
