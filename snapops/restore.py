@@ -86,8 +86,9 @@ def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None
     ``lfs_token_file``, through ``lfs_cache`` (default: a temporary folder). From a URL this
     also fetches, each at depth 1, the tags of the older generations the chains start from
     (for their MANIFESTs) and the default branch's commit (for the retention record); a
-    generation pruned by retention is a RestoreFailed with that reason. See
-    :mod:`snapops.restore_lfs`."""
+    generation pruned by retention is a RestoreFailed with that reason; an LFS endpoint that
+    fails (unreachable, refuses the token, not an LFS server) a ConfigError naming it
+    (redacted); a malformed retention record a FormatError. See :mod:`snapops.restore_lfs`."""
     opts = generation_options(**options)
     check_run(run)
     settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache)

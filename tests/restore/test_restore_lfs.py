@@ -14,6 +14,7 @@ tests share one remote and run in file order; the last one deletes objects from 
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -112,10 +113,14 @@ def test_every_generation_restores_bit_exact_fetching_exactly_its_chains(remote,
                 assert npz[name].tobytes() == array.tobytes(), (gen, name)
 
 
-def test_python_api_from_url_and_local_bare_repository(remote, tmp_path):
+def test_python_api_from_url_and_local_bare_repository(remote, tmp_path, monkeypatch):
     bare, token = remote.bare, remote.token
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     snap, skipped = snapops.latest_verified(remote.url, RUN, lfs_token_file=token)
     assert snap.meta["gen"] == GENS and skipped == [] and snap.meta["lfs_fetched"] == 4
+    assert list(scratch.iterdir()) == []        # private repository and object cache removed
     cache = tmp_path / "cache"
     snap = snapops.load_generation(bare, RUN, gen=3, lfs_token_file=token, lfs_cache=cache)
     assert snap.meta["lfs_fetched"] == 6 and snap["b"].tobytes() == weights(3)["b"].tobytes()
