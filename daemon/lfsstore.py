@@ -19,7 +19,7 @@ from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import ConfigError, LfsError
 from snapops.formats.gitcmd import run_git
-from snapops.formats.keys import read_key_file
+from snapops.formats.lfs.access import read_token
 from snapops.formats.lfs.client import LfsClient, lfs_url_for
 from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.lfs.stash import LfsStash
@@ -46,11 +46,7 @@ def lfs_endpoint(config: Config) -> str:
 def lfs_token(config: Config) -> str | None:
     if not config.repo.lfs_token_file:
         return None
-    data = read_key_file(resolve(config, config.repo.lfs_token_file), "LFS token")
-    token = data.decode("ascii", "replace").strip()
-    if not token or any(c.isspace() or not c.isprintable() for c in token):
-        raise ConfigError("repo.lfs_token_file: expected one line holding a bearer token")
-    return token
+    return read_token(resolve(config, config.repo.lfs_token_file), "repo.lfs_token_file")
 
 
 def open_stash(config: Config, state_dir: Path) -> LfsStash | None:

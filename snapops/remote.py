@@ -3,7 +3,11 @@
 A local repository (work tree or bare) is read in place. From a URL (``file://``, ``git://``,
 ``http(s)://``, ``ssh://``, ``user@host:path``) only what one generation needs is fetched: a
 shallow fetch (depth 1) of its tag, branch or commit into a private temporary bare repository,
-removed afterwards; never a clone of the history. Every name is untrusted: run names and gens
+removed afterwards; never a clone of the history. A run in the LFS store needs two more
+things, each fetched the same way (depth 1, one ref) and only when asked: the MANIFESTs of the
+older generations its residual chains start from (their tags, :meth:`Repository.manifests`) and
+the retention record on the default branch (:meth:`Repository.retention`). Every name is
+untrusted: run names and gens
 are checked before any git call, a revision starting with ``-`` is refused (and git is told
 where options end), a revision fetched from a URL must be a ref name or a full object id, and
 URLs are redacted in every message.
@@ -24,7 +28,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from snapops.daemon.redact import redact_url
@@ -32,6 +37,9 @@ from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.gitcmd import run_git
+from snapops.formats.lfs.access import read_record
+from snapops.formats.lfs.retention import RetentionRecord
+from snapops.formats.lfs.source import tag_manifests
 from snapops.hooks.gitio import Git
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -39,6 +47,7 @@ _SCP = re.compile(r"[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+:")    # user@host:path (ssh)
 _HEX_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _GEN_REF = re.compile(r"refs/tags/(?P<run>[^\s]+)/gen-(?P<gen>[0-9]{6,20})")
 FETCHED = "refs/snapops/restore"
+HEAD_FETCHED = "refs/snapops/head"
 SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 # Keep the received pack as it is (no loose copy of every blob, recompressed) and stream big
 # blobs instead of holding them in memory.
@@ -123,6 +132,43 @@ class Repository:
     def __init__(self, git: Git, url: str | None, shown: str, work: Path) -> None:
         self.git, self.url, self.shown, self.work = git, url, shown, work
         self._redact = {url: shown} if url else {}
+        self._records: dict[str, RetentionRecord | None] = {}
+        self._lock = threading.Lock()
+
+    def remote_url(self) -> str | None:
+        """The URL generations come from: the one given, or a local repository's origin."""
+        if self.url is not None:
+            return self.url
+        return self.git.text("config", "--get", "remote.origin.url", check=False) or None
+
+    def manifests(self, run: str) -> Callable[[int], bytes | None]:
+        """The MANIFEST of generation ``gen`` of ``run`` (a residual's base) from its tag, or
+        None: read in place, or from a URL with that tag alone fetched first (depth 1)."""
+        read = tag_manifests(self.git, run)
+        if self.url is None:
+            return read
+
+        def fetched(gen: int) -> bytes | None:
+            with self._lock:    # shards are verified on worker threads: one fetch at a time
+                data = read(gen)
+                if data is None:
+                    ref = f"refs/tags/{gen_tag(run, check_gen(gen))}"
+                    if self._fetch(ref, ref, f"tag {gen_tag(run, gen)}", check=False):
+                        data = read(gen)
+                return data
+        return fetched
+
+    def retention(self, run: str) -> RetentionRecord | None:
+        """The run's retention record (LFS store): a work tree's file, else the default
+        branch's (from a URL: its commit fetched, depth 1); None when there is none."""
+        if run not in self._records:
+            if self.url is None:
+                self._records[run] = read_record(self.git, self.git.toplevel(), run)
+            else:
+                found = self._fetch("HEAD", HEAD_FETCHED, "HEAD", check=False)
+                self._records[run] = read_record(self.git, None, run, HEAD_FETCHED) \
+                    if found else None
+        return self._records[run]
 
     def generations(self, run: str) -> list[int]:
         """The gens of ``run``'s generation tags, newest first."""
@@ -179,17 +225,25 @@ class Repository:
             if not ok or spec.startswith("+"):
                 raise ConfigError(f"{what}: a revision fetched from a URL must be a ref name "
                                   "(tag or branch) or a full commit id")
-        local = [f"--upload-pack={LOCAL_UPLOAD_PACK}"] if self.url.startswith("file://") else []
-        try:
-            self._git(*FETCH_CONFIG, "fetch", "-q", "--depth=1", "--no-tags",
-                      "--no-write-fetch-head", *local, "--end-of-options", self.url,
-                      f"+{spec}:{FETCHED}", what="fetch")
-        except GitError as exc:
-            raise ConfigError(f"{self.shown}: cannot fetch {what}: {exc}") from None
+        self._fetch(spec, FETCHED, what)
         commit = self.git.resolve(f"{FETCHED}^{{commit}}")
         if commit is None:
             raise ConfigError(f"{self.shown}: {what} does not name a commit")
         return commit
+
+    def _fetch(self, spec: str, ref: str, what: str, *, check: bool = True) -> bool:
+        """``spec`` of the URL into the local ``ref``, depth 1; False (``check`` off) or
+        ConfigError when it cannot be fetched."""
+        local = [f"--upload-pack={LOCAL_UPLOAD_PACK}"] if self.url.startswith("file://") else []
+        try:
+            self._git(*FETCH_CONFIG, "fetch", "-q", "--depth=1", "--no-tags",
+                      "--no-write-fetch-head", *local, "--end-of-options", self.url,
+                      f"+{spec}:{ref}", what="fetch")
+        except GitError as exc:
+            if not check:
+                return False
+            raise ConfigError(f"{self.shown}: cannot fetch {what}: {exc}") from None
+        return True
 
     def _git(self, *args: str, what: str):
         try:

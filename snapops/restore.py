@@ -9,7 +9,9 @@ one was skipped. Verification options are those of
 ``require_signature``, ``require_hmac``, ``identity``, ``deep``...). By default ``deep`` is
 off here: each shard's bytes are checked against the SHA-256 the sealed MANIFEST lists, and the
 format's reader parses them while loading; ``deep=True`` adds each format's own full
-verification first (one more read of every shard).
+verification first (one more read of every shard). A run in the Git LFS store restores the
+same way, its shards rebuilt from exactly their keyframe and residual chains
+(:mod:`snapops.restore_lfs`; options ``lfs_url``, ``lfs_token_file``, ``lfs_cache``).
 
 Example::
 
@@ -28,12 +30,13 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from snapops.formats.errors import ConfigError, DataError, FormatError, SnapopsError
+from snapops.formats.errors import DataError, FormatError, SnapopsError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.verify import GenerationOptions
 from snapops.formats.model import Snapshot
 
 from .remote import Repository, check_run, gen_tag, open_repository
+from .restore_lfs import LfsAccess, LfsSettings
 
 __all__ = ["RestoreFailed", "generation_options", "latest_verified", "load_generation"]
 
@@ -68,31 +71,49 @@ Progress = Callable[[int], object]
 
 def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None = None,
                     rev: str | None = None, verify: bool = True, progress: Progress | None = None,
-                    **options: Any) -> Snapshot:
+                    lfs_url: str | None = None, lfs_token_file: str | os.PathLike | None = None,
+                    lfs_cache: str | os.PathLike | None = None, **options: Any) -> Snapshot:
     """Generation ``gen`` of ``run`` (its tag ``<run>/gen-NNNNNN``), or the one at ``rev``, or
     the newest on the default branch, from a local repository or a URL (a shallow fetch of
     just that commit). Verified as a whole unless ``verify=False``; RestoreFailed when it does
     not verify, ConfigError for a bad name, revision or URL. ``meta``: run, gen, ts, build,
-    keyid, format, source. ``progress(nbytes)`` is called as each file leaves git."""
+    keyid, format, source, lfs_fetched. ``progress(nbytes)`` is called as each file leaves git.
+
+    A run in the Git LFS store (``store=lfs``) restores the same way: its shards are rebuilt
+    from their keyframes and residuals, downloading exactly the LFS objects of this
+    generation's chains (``meta["lfs_fetched"]`` counts them) from ``lfs_url`` (default: the
+    tree's ``.lfsconfig``, else derived from the remote URL) with the bearer token in
+    ``lfs_token_file``, through ``lfs_cache`` (default: a temporary folder). From a URL this
+    also fetches, each at depth 1, the tags of the older generations the chains start from
+    (for their MANIFESTs) and the default branch's commit (for the retention record); a
+    generation pruned by retention is a RestoreFailed with that reason; an LFS endpoint that
+    fails (unreachable, refuses the token, not an LFS server) a ConfigError naming it
+    (redacted); a malformed retention record a FormatError. See :mod:`snapops.restore_lfs`."""
     opts = generation_options(**options)
     check_run(run)
+    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache)
     with open_repository(repo_or_url) as repo:
-        return _load(repo, run, gen, rev, verify, opts, progress)
+        return _load(repo, LfsAccess(repo, settings), run, gen, rev, verify, opts, progress)
 
 
 def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = True,
-                    progress: Progress | None = None,
+                    progress: Progress | None = None, lfs_url: str | None = None,
+                    lfs_token_file: str | os.PathLike | None = None,
+                    lfs_cache: str | os.PathLike | None = None,
                     **options: Any) -> tuple[Snapshot, list[tuple[int, str]]]:
     """The newest generation of ``run`` (by its tags) that verifies, and ``(gen, reason)`` for
-    each newer one skipped; RestoreFailed (with ``skipped``) when none does."""
+    each newer one skipped (one pruned by retention: that reason); RestoreFailed (with
+    ``skipped``) when none does. LFS options as :func:`load_generation`."""
     opts = generation_options(**options)
     check_run(run)
     skipped: list[tuple[int, str]] = []
+    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache)
     with open_repository(repo_or_url) as repo:
+        lfs = LfsAccess(repo, settings)
         gens = repo.generations(run)
         for gen in gens:
             try:
-                return _load(repo, run, gen, None, verify, opts, progress), skipped
+                return _load(repo, lfs, run, gen, None, verify, opts, progress), skipped
             except RestoreFailed as exc:
                 skipped.append((gen, str(exc.failure)))
         shown = repo.shown
@@ -101,40 +122,27 @@ def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = 
                         skipped)
 
 
-def _load(repo: Repository, run: str, gen: int | None, rev: str | None, verify: bool,
-          opts: GenerationOptions, progress: Progress | None) -> Snapshot:
+def _load(repo: Repository, lfs: LfsAccess, run: str, gen: int | None, rev: str | None,
+          verify: bool, opts: GenerationOptions, progress: Progress | None) -> Snapshot:
     with repo.tree(run, gen=gen, rev=rev) as (source, where):
+        fetched = lfs.fetched
+        source, opts = lfs.wrap(source, run, opts)
         if progress is not None:
             source = _Counted(source, progress)
-        _refuse_lfs_store(source, run, where)
         try:
             snap = load_from_source(source, run, verify=verify, options=opts)
-        except FormatError as exc:
-            raise RestoreFailed(where, exc) from None
-        except SnapopsError as exc:   # keys, decryption: typed, one line
+        except SnapopsError as exc:   # formats, keys, decryption, LFS objects: typed, one line
+            failure = lfs.endpoint_failure()
+            if failure is not None:   # not this generation's fault: no use trying another
+                raise failure from None
             raise RestoreFailed(where, exc) from None
     if gen is not None and snap.meta["gen"] != gen:
         raise RestoreFailed(where, FormatError(
             "the tag does not name its generation", path=f"refs/tags/{gen_tag(run, gen)}",
             check="tag", expected=f"generation {gen}", got=f"generation {snap.meta['gen']}"))
     snap.meta["source"] = where
+    snap.meta["lfs_fetched"] = lfs.fetched - fetched
     return snap
-
-
-def _refuse_lfs_store(source, run: str, where: str) -> None:
-    """A run whose shards live in Git LFS is restored from a clone with ``snapops lfs restore``
-    (residual chains need older MANIFESTs and the LFS endpoint): say so, instead of failing
-    on the pointer files' digests."""
-    from snapops.formats.generation.verify import read_manifest
-
-    try:
-        _, manifest = read_manifest(source, run)
-    except FormatError:
-        return  # the verifier reports a bad MANIFEST with its own message
-    if manifest.header.store == "lfs":
-        raise ConfigError(f"{where}: run {run} keeps its shards in Git LFS (store=lfs): clone "
-                          f"the repository and use `snapops lfs restore CLONE --run {run} "
-                          "--rev REV --out FILE`")
 
 
 class _Counted:

@@ -32,6 +32,14 @@ MAX_JSON = 16 << 20
 BLOCK = 1 << 20
 
 
+class LfsHttpError(LfsError):
+    """The server answered with an HTTP error status (``status``, its body's ``media`` type)."""
+
+    def __init__(self, message: str, status: int, media: str) -> None:
+        super().__init__(message)
+        self.status, self.media = status, media
+
+
 @dataclass(frozen=True)
 class LfsObject:
     oid: str
@@ -61,6 +69,7 @@ class LfsClient:
         self.timeout = timeout
         self.uploaded = 0      # objects sent by this client (PUT)
         self.skipped = 0       # objects the server already had
+        self.batch_failure: LfsError | None = None   # the endpoint failed, not one object
 
     def __repr__(self) -> str:  # never the token
         return f"LfsClient({redact_url(self.url)!r})"
@@ -72,7 +81,14 @@ class LfsClient:
         headers = {"Accept": MEDIA, "Content-Type": MEDIA}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        answer = self._json("POST", f"{self.url}/objects/batch", body, headers)
+        try:
+            answer = self._json("POST", f"{self.url}/objects/batch", body, headers)
+        except LfsError as exc:
+            # giftless answers a batch none of whose objects it holds with a Git LFS 404 (the
+            # spec's 404 is "no such repository"): missing objects, not a broken endpoint
+            if not (isinstance(exc, LfsHttpError) and exc.status == 404 and exc.media == MEDIA):
+                self.batch_failure = exc
+            raise
         found = {o.get("oid"): o for o in answer.get("objects", []) if isinstance(o, dict)}
         out = []
         for oid, size in objects:
@@ -146,8 +162,9 @@ class LfsClient:
             return urllib.request.urlopen(request, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             detail = exc.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
-            raise LfsError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
-                           f"{redact_url(detail)[:200]}") from None
+            raise LfsHttpError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
+                               f"{redact_url(detail)[:200]}", exc.code,
+                               (exc.headers.get("Content-Type") or "").split(";")[0]) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise LfsError(f"LFS {method} {redact_url(url)}: {reason}") from None

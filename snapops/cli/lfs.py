@@ -1,4 +1,5 @@
-"""snapops lfs prune: retention for an LFS-store run (keep the last K, every Nth, milestones)."""
+"""snapops lfs prune: retention for an LFS-store run (keep the last K, every Nth, milestones);
+snapops lfs restore: an alias of snapops restore."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from snapops.formats.errors import ConfigError, GitError
 
+from . import restore as restore_command
 from ._common import EXIT_OK, add_command, add_group
 
 
@@ -47,22 +49,10 @@ def milestone_gens(git, run: str, patterns: list[str]) -> set[int]:
     return gens
 
 
-def read_record(git, target: str, run: str):
-    """The run's retention record: the work tree's file, else the HEAD commit's; or None."""
-    from snapops.formats.lfs.retention import MAX_RECORD, parse_record, record_path
-
-    path = Path(target) / record_path(run)
-    try:
-        data = path.read_bytes()[:MAX_RECORD + 1] if path.is_file() else \
-            git.run("cat-file", "blob", f"HEAD:{record_path(run)}")
-    except (OSError, GitError):
-        return None
-    return parse_record(data, record_path(run))
-
-
 def run_prune(args) -> int:
     from snapops.formats.atomic import atomic_write_bytes
     from snapops.formats.generation import valid_run
+    from snapops.formats.lfs.access import read_record
     from snapops.formats.lfs.retention import (
         LocalStoragePruner,
         Policy,
@@ -107,31 +97,6 @@ def run_prune(args) -> int:
     return EXIT_OK
 
 
-def run_restore(args) -> int:
-    """One generation (git or LFS store) restored and verified, written to ``--out``."""
-    import contextlib
-    import dataclasses
-
-    from snapops.formats.generation.load import load_from_source
-    from snapops.formats.registry import handler_for_suffix
-    from snapops.hooks.gitio import Git
-
-    from .verify import generation_options, generation_source, lfs_source
-
-    target = handler_for_suffix(args.out)
-    with generation_source(args.repo, args.rev) as source, contextlib.ExitStack() as stack:
-        source = lfs_source(source, args.repo, args.run, args, stack, required=False)
-        options = generation_options(args)
-        options = dataclasses.replace(options, retention=read_record(Git(args.repo), args.repo,
-                                                                     args.run))
-        snapshot = load_from_source(source, args.run, options=options)
-        fetched = source.store.fetched
-    result = target.save(snapshot, args.out, target.options())
-    print(f"restored {args.run} gen {snapshot.meta['gen']} ({len(snapshot.arrays)} arrays, "
-          f"{result.raw_bytes} raw bytes, {fetched} LFS object(s) fetched) to {result.path}")
-    return EXIT_OK
-
-
 def register(sub) -> None:
     p = add_group(sub, "lfs", help="the LFS store of snapshot runs",
                   description="The LFS store of snapshot runs: retention and restore.",
@@ -158,26 +123,12 @@ def register(sub) -> None:
     prune.add_argument("--dry-run", action="store_true")
     prune.add_argument("--json", action="store_true")
     restore = add_command(
-        lsub, "restore", help="restore one generation, fetching exactly the LFS objects it needs",
-        description="Verify generation --run of REPO (the work tree, or --rev) and write its "
-                    "arrays to --out (format from the suffix: .npz, .safetensors, .wtxt, "
-                    ".aero, ...). LFS-store shards are rebuilt from their keyframe and residual "
-                    "chain, fetched from --lfs-url or the tree's .lfsconfig into --lfs-cache (or "
-                    "a temp folder); a generation pruned by retention is refused with that "
-                    "reason.",
+        lsub, "restore", help="alias of `snapops restore` (LFS-store runs restore there too)",
+        description="The same command as `snapops restore` (same options, same code): kept "
+                    "for scripts written when only this one restored LFS-store runs. "
+                    + restore_command.DESCRIPTION,
         example="snapops lfs restore snapshot-repo --run run1 --rev run1/gen-000012 "
                 "--lfs-token-file keys/lfs-read.token --out gen12.npz",
-        func=run_restore)
-    restore.add_argument("repo", metavar="REPO")
-    restore.add_argument("--run", required=True)
-    restore.add_argument("--rev")
-    restore.add_argument("--out", required=True)
-    restore.add_argument("--lfs-url")
-    restore.add_argument("--lfs-token-file")
-    restore.add_argument("--lfs-cache")
-    for flag in ("--hmac-key", "--identity"):
-        restore.add_argument(flag)
-    restore.add_argument("--trusted-key", action="append", default=[])
-    restore.add_argument("--require-signature", action="store_true")
-    restore.add_argument("--require-hmac", action="store_true")
+        func=restore_command.run)
+    restore_command.add_arguments(restore)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

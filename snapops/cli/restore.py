@@ -25,7 +25,8 @@ def progress_bar(desc: str) -> Iterator:
 def verify_fields(args) -> dict:
     return {"trusted_keys": args.trusted_key or None, "hmac_key": args.hmac_key,
             "require_signature": args.require_signature, "require_hmac": args.require_hmac,
-            "identity": args.identity, "deep": args.deep}
+            "identity": args.identity, "deep": args.deep, "lfs_url": args.lfs_url,
+            "lfs_token_file": args.lfs_token_file, "lfs_cache": args.lfs_cache}
 
 
 def run(args) -> int:
@@ -56,29 +57,34 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
     rate = snap.nbytes / seconds / 1e6 if seconds > 0 else 0.0
     checked = "not verified" if args.no_verify else "verified"
+    fetched = f", {meta['lfs_fetched']} LFS object(s) fetched" if meta["lfs_fetched"] else ""
     print(f"restored run {meta['run']} gen {meta['gen']} ({checked}; {meta['source']}): "
-          f"{len(snap.arrays)} arrays, {snap.nbytes} raw bytes in {seconds:.2f} s "
+          f"{len(snap.arrays)} arrays, {snap.nbytes} raw bytes{fetched} in {seconds:.2f} s "
           f"({rate:.1f} MB/s) -> {result.path} ({result.format}, {result.size} bytes)")
     return EXIT_OK
 
 
-def register(sub) -> None:
-    p = add_command(
-        sub, "restore", help="restore a generation from a repository or URL into one file",
-        description="Read generation N of run R (its tag R/gen-NNNNNN), the one at --rev, the "
-                    "newest on the default branch, or with --latest-verified the newest tag "
-                    "that verifies (each newer one skipped is named with its reason). "
-                    "REPO_OR_URL is a work tree, a bare repository or a URL (file://, git://, "
-                    "http(s)://, ssh://): from a URL only that commit is fetched (depth 1) "
-                    "into a private temporary repository. The generation is verified as a "
-                    "whole (seal, file set, every shard's SHA-256, ledger; --deep adds each "
-                    "format's own verification) before anything is written. OUT's suffix picks "
-                    "the writer (.safetensors, .pt, .npz, .wtxt, .aero, .fold, .pycauset, "
-                    ".finf); names and dtypes (bf16, f16...) are the original ones; the file is "
-                    "written atomically. Exit 1 when the generation does not verify.",
-        example="snapops restore git://host/snapshots.git --run exp-42 --gen 40 -o gen40.pt "
-                "--trusted-key keys/ --hmac-key keys/hmac.key --require-signature",
-        func=run)
+DESCRIPTION = (
+    "Read generation N of run R (its tag R/gen-NNNNNN), the one at --rev, the newest on the "
+    "default branch, or with --latest-verified the newest tag that verifies (each newer one "
+    "skipped is named with its reason). REPO_OR_URL is a work tree, a bare repository or a URL "
+    "(file://, git://, http(s)://, ssh://): from a URL only that commit is fetched (depth 1) "
+    "into a private temporary repository. The generation is verified as a whole (seal, file "
+    "set, every shard's SHA-256, ledger; --deep adds each format's own verification) before "
+    "anything is written. OUT's suffix picks the writer (.safetensors, .pt, .npz, .wtxt, .aero, "
+    ".fold, .pycauset, .finf); names and dtypes (bf16, f16...) are the original ones; the file "
+    "is written atomically. A run in the Git LFS store (store=lfs) restores the same way: each "
+    "shard is rebuilt from its keyframe and residual chain, and exactly those LFS objects are "
+    "downloaded from --lfs-url (default: the tree's .lfsconfig, else <remote>[.git]/info/lfs) "
+    "with the token in --lfs-token-file into --lfs-cache; from a URL the tags of the "
+    "generations the chains start from and the default branch (its retention record) are "
+    "fetched too, each at depth 1. A generation pruned by retention is refused with that "
+    "reason (--latest-verified skips it). Exit 1 when the generation does not verify, 2 for "
+    "bad input or an unreachable remote or LFS endpoint.")
+
+
+def add_arguments(p) -> None:
+    """The options of ``snapops restore`` (also those of its alias ``snapops lfs restore``)."""
     p.add_argument("repo", metavar="REPO_OR_URL", help="repository (work tree or bare) or URL")
     p.add_argument("--run", required=True, help="the run name")
     which = p.add_mutually_exclusive_group()
@@ -86,7 +92,7 @@ def register(sub) -> None:
     which.add_argument("--rev", help="a commit-ish (from a URL: a tag, a branch or a full id)")
     which.add_argument("--latest-verified", action="store_true",
                        help="the newest generation tag that verifies")
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
+    p.add_argument("-o", "--output", "--out", dest="output", required=True, metavar="OUT",
                    help="output file; its suffix picks the format")
     add_key_options(p)
     p.add_argument("--identity", help="age identity file for encrypted shards")
@@ -94,3 +100,19 @@ def register(sub) -> None:
                    help="also run each shard format's own full verification")
     p.add_argument("--no-verify", action="store_true",
                    help="skip verification (reads the MANIFEST and shards as they are)")
+    p.add_argument("--lfs-url", help="LFS endpoint for a store=lfs run (default: the tree's "
+                                     ".lfsconfig, else derived from the remote URL)")
+    p.add_argument("--lfs-token-file", help="bearer token file (one line) for the LFS endpoint")
+    p.add_argument("--lfs-cache", help="LFS object cache folder, kept (default: a temporary "
+                                       "folder removed afterwards)")
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "restore", help="restore a generation from a repository or URL into one file",
+        description=DESCRIPTION,
+        example="snapops restore git://host/snapshots.git --run exp-42 --gen 40 -o gen40.pt "
+                "--trusted-key keys/ --hmac-key keys/hmac.key --require-signature "
+                "--lfs-token-file keys/lfs-read.token",
+        func=run)
+    add_arguments(p)

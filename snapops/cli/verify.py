@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from snapops.formats.errors import ConfigError, GitError
+from snapops.formats.errors import ConfigError
 from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
@@ -83,9 +83,8 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
             source = lfs_source(source, target, run, args, stack)
         options = generation_options(args)
         if Path(target, ".git").exists() or Path(target, "HEAD").is_file():
+            from snapops.formats.lfs.access import read_record
             from snapops.hooks.gitio import Git
-
-            from .lfs import read_record
 
             options = dataclasses.replace(options, retention=read_record(Git(target), target,
                                                                          run))
@@ -94,46 +93,39 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
     return report
 
 
-def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack, *,
-               required: bool = True):
+def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack):
     """``source`` with its LFS-store shards restored from the LFS server (``--lfs-url``, or
-    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp);
-    not ``required``: a tree without an endpoint reads from the cache alone."""
-    import re
-
-    from snapops.formats.keys import read_key_file
-    from snapops.formats.lfs.client import LfsClient
+    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp)."""
+    from snapops.formats.lfs.access import (
+        MAX_LFSCONFIG,
+        choose_endpoint,
+        commit_file,
+        open_client,
+        read_token,
+    )
     from snapops.formats.lfs.objects import ObjectStore
     from snapops.formats.lfs.source import LfsSource, tag_manifests
     from snapops.hooks.gitio import Git
 
-    url = args.lfs_url
-    if not url:
-        text = _lfsconfig(source, target)
-        found = re.search(r"(?m)^\s*url\s*=\s*(\S+)\s*$", text)
-        if found is None and required:
-            raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
-        url = found[1] if found else None
-    token = None
-    if args.lfs_token_file:
-        token = read_key_file(args.lfs_token_file, "LFS token").decode("ascii", "replace").strip()
+    commit = getattr(source, "commit", None)
+    lfsconfig = commit_file(source.git, commit, ".lfsconfig", MAX_LFSCONFIG) if commit else \
+        _folder_lfsconfig(target, MAX_LFSCONFIG)
+    url, origin = choose_endpoint(args.lfs_url, lfsconfig, None)
+    if url is None:
+        raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
+    client = open_client(url, read_token(args.lfs_token_file, "--lfs-token-file"), origin)
     cache = args.lfs_cache or stack.enter_context(
         tempfile.TemporaryDirectory(prefix="snapops-lfs-"))
-    return LfsSource(source, run, ObjectStore(cache, LfsClient(url, token) if url else None),
+    return LfsSource(source, run, ObjectStore(cache, client),
                      manifests=tag_manifests(Git(target), run))
 
 
-def _lfsconfig(source, target: str) -> str:
-    """The ``.lfsconfig`` at the top of the verified tree (a commit's, or the folder's)."""
-    from snapops.formats.lfs.pointer import MAX_POINTER
-
-    commit = getattr(source, "commit", None)
+def _folder_lfsconfig(target: str, limit: int) -> bytes | None:
     try:
-        data = source.git.run("cat-file", "blob", f"{commit}:.lfsconfig") if commit else \
-            (Path(target) / ".lfsconfig").read_bytes()
-    except (OSError, GitError):
-        return ""
-    return data[:MAX_POINTER].decode("utf-8", "replace")
+        with open(Path(target) / ".lfsconfig", "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
 
 
 def print_reports(reports: list[Report], as_json: bool) -> int:

@@ -1,0 +1,100 @@
+"""What a reader of an LFS-store generation needs besides its tree: the LFS endpoint, the token,
+the run's retention record. One rule for every reader (restore, verify --fetch-lfs, CI).
+
+The endpoint is the one given (``--lfs-url``), else the ``url`` of the ``.lfsconfig`` at the top
+of the generation's tree (the daemon commits it), else git-lfs's discovery from the remote URL
+(``<remote>[.git]/info/lfs``, HTTP(S) remotes only). The token file holds one line (a bearer
+token); the token goes into request headers only and no message shows it or the file's bytes.
+Every URL in a message is redacted (``http://***@host/...``). The retention record
+(``retention/<run>.retention``) is the work tree's file, else the one in the default branch's
+commit (pruning commits it after the generations it names).
+
+>>> lfsconfig_url(b"[lfs]\\n\\turl = https://lfs.example/o/r.git/info/lfs\\n")
+'https://lfs.example/o/r.git/info/lfs'
+>>> choose_endpoint(None, None, "https://git.example/o/r")
+('https://git.example/o/r.git/info/lfs', 'derived from https://git.example/o/r')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from snapops.daemon.redact import redact_url
+from snapops.formats.errors import ConfigError, GitError, LfsError
+from snapops.formats.keys import read_key_file
+
+from .client import LfsClient, lfs_url_for
+from .retention import MAX_RECORD, RetentionRecord, parse_record, record_path
+
+MAX_LFSCONFIG = 64 << 10
+_URL_LINE = re.compile(r"(?m)^\s*url\s*=\s*(\S+)\s*$")
+
+
+def lfsconfig_url(data: bytes) -> str | None:
+    """The ``url = ...`` of an ``.lfsconfig``'s text, or None."""
+    found = _URL_LINE.search(data[:MAX_LFSCONFIG].decode("utf-8", "replace"))
+    return found[1] if found else None
+
+
+def commit_file(git, rev: str, path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path`` in commit ``rev`` of the repository
+    behind ``git`` (a :class:`~snapops.hooks.gitio.Git`); None when absent."""
+    try:
+        commit = git.resolve(f"{rev}^{{commit}}")
+        oid = git.commit(commit).blob(path) if commit else None
+        return git.read_blob(oid, limit) if oid else None
+    except GitError:
+        return None
+
+
+def read_record(git, worktree: str | os.PathLike | None, run: str,
+                rev: str = "HEAD") -> RetentionRecord | None:
+    """The retention record of ``run``: the file in ``worktree`` (when given and present), else
+    commit ``rev``'s; None when neither holds one. FormatError for a malformed one."""
+    path = Path(worktree, record_path(run)) if worktree is not None else None
+    try:
+        data = path.read_bytes()[:MAX_RECORD + 1] if path is not None and path.is_file() \
+            else commit_file(git, rev, record_path(run), MAX_RECORD + 1)
+    except OSError:
+        data = None
+    return parse_record(data, record_path(run)) if data is not None else None
+
+
+def read_token(path: str | os.PathLike | None, what: str = "LFS token file") -> str | None:
+    """The bearer token in the file at ``path`` (one line); ConfigError naming ``what`` and the
+    path, never the content."""
+    if not path:
+        return None
+    token = read_key_file(path, "LFS token").decode("ascii", "replace").strip()
+    if not token or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(f"{what} {os.fspath(path)}: expected one line holding a bearer token")
+    return token
+
+
+def choose_endpoint(given: str | None, lfsconfig: bytes | None,
+                    remote: str | None) -> tuple[str | None, str]:
+    """(endpoint or None, where it came from): ``given``, else the ``.lfsconfig``'s url, else
+    git-lfs's discovery from an HTTP(S) ``remote``."""
+    if given:
+        return given, "--lfs-url"
+    url = lfsconfig_url(lfsconfig) if lfsconfig else None
+    if url:
+        return url, "the tree's .lfsconfig"
+    if remote:
+        try:
+            return lfs_url_for(remote), f"derived from {redact_url(remote)}"
+        except LfsError:
+            pass
+    return None, "none"
+
+
+def open_client(url: str, token: str | None, origin: str) -> LfsClient:
+    """An LFS client for ``url``; ConfigError (URL redacted, where it came from) for one that
+    is not http(s)."""
+    try:
+        return LfsClient(url, token)
+    except LfsError:
+        raise ConfigError(f"LFS endpoint {redact_url(url)[:200]!r} ({origin}): expected an "
+                          "http(s):// Git LFS endpoint (.../info/lfs)") from None
