@@ -7,11 +7,9 @@ two cores): first each array's SHA-256 and HMAC as one task each (the HMAC over 
 is a second SHA-256 pass over the same buffer, run beside the first); then tasks of about
 1 MiB of chunks, each computing its chunk SHA-256 and CRC32C, encoding the bodies and writing
 the text at its offset; and, as soon as the digests are known, one task for the root hash
-(``sha256_all`` over every arr line and array, and ``fastxor``), which then writes the arr
-lines, the root line and the sign line while the chunks are still being encoded, so that a
-file digest (:class:`~snapops.formats.prefix_digest.PrefixDigest`) can follow the written
-prefix from the first byte. Finished ranges are handed to the kernel's writeback as they
-complete, so the final fsync has little left to wait for. Peak extra memory is a few
+(``sha256_all`` over every arr line and array, and ``fastxor``). The arr lines, the root line
+and the sign line are written last. Finished ranges are handed to the kernel's writeback as
+they complete, so the final fsync has little left to wait for. Peak extra memory is a few
 MiB per worker. Outputs that are not regular files get the bytes through a temporary file.
 """
 
@@ -34,7 +32,6 @@ import pybase64
 from .._alloc import tune_allocator
 from ..atomic import writeback_starter
 from ..integrity import FastXor, merkle_link
-from ..prefix_digest import PrefixDigest
 from ..keys import keyid
 from ._grammar import (
     MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
@@ -68,8 +65,6 @@ class WriteResult:
     arrays: int
     raw_bytes: int
     wsum: bytes | None = None
-    file_sha256: str | None = None   # with digest=True: the SHA-256 of the file's bytes
-    file_size: int | None = None
 
 
 def salt_for(key: bytes | None, gen: str, name: str) -> bytes:
@@ -134,11 +129,10 @@ _FALLOCATE = _fallocate_call()
 
 class FileSink:
     """Positional writes into a regular file from any thread (``os.pwrite``), and writeback
-    started for the finished prefix as it grows. With ``digest`` (a :class:`PrefixDigest`),
-    every write is reported to it: each region of the file is written exactly once."""
+    started for the finished prefix as it grows."""
 
-    def __init__(self, fd: int, base: int, digest: PrefixDigest | None = None) -> None:
-        self.fd, self.base, self.digest = fd, base, digest
+    def __init__(self, fd: int, base: int) -> None:
+        self.fd, self.base = fd, base
         self._writeback = writeback_starter()
         self._started = 0
 
@@ -151,15 +145,12 @@ class FileSink:
 
     def write_at(self, offset: int, data) -> None:
         view = memoryview(data).cast("B")
-        size = len(view)
         pos = self.base + offset
         while view:
             written = os.pwrite(self.fd, view, pos)
             if written <= 0:
                 raise OSError(f"short write at offset {pos}")
             view, pos = view[written:], pos + written
-        if self.digest is not None:
-            self.digest.finished(offset, offset + size)
 
     def finished_up_to(self, end: int) -> None:
         if self._writeback is not None and end - self._started >= WRITEBACK_BYTES:
@@ -279,15 +270,11 @@ def run_jobs(pool, sink: FileSink, arrays, layout: Layout, digests: _Digests, ro
     return (root or pool.submit(root_job)).result()
 
 
-def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str, *,
-               digest: bool = False) -> WriteResult:
-    """Write the file to ``out`` at its current position (see the module docstring). With
-    ``digest`` (``out`` a readable and writable regular file), the result carries the SHA-256
-    and size of the bytes written, hashed in file order while the text is produced."""
+def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str
+               ) -> WriteResult:
+    """Write the file to ``out`` at its current position (see the module docstring)."""
     fd = _regular_fd(out)
     if fd is None:
-        if digest:
-            raise ValueError("a file digest needs a regular file")
         with tempfile.TemporaryFile() as tmp:
             result = write_wtxt(tmp, arrays, opts, ts)
             tmp.seek(0)
@@ -295,13 +282,13 @@ def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, t
         return result
     out.flush()
     base = out.tell()
-    result, size = _write_file(fd, base, arrays, opts, ts, digest)
+    result, size = _write_file(FileSink(fd, base), arrays, opts, ts)
     out.seek(base + size)
     return result
 
 
-def _write_file(fd: int, base: int, arrays: list[PreparedArray], opts: WriteOptions, ts: str,
-                digest: bool) -> tuple[WriteResult, int]:
+def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions, ts: str
+                ) -> tuple[WriteResult, int]:
     tune_allocator()
     gen, key = format_gen(opts.gen), opts.hmac_key
     meta = Meta(opts.schema, gen, ts, opts.build, opts.host, opts.cuda)
@@ -312,46 +299,31 @@ def _write_file(fd: int, base: int, arrays: list[PreparedArray], opts: WriteOpti
     tail = (f"audit {opts.audit}\n" if opts.audit is not None else "").encode("ascii") + \
         b"endwtxt\n"
     layout = plan_layout(arrays, len(head) + root_len + sign_len, tail)
-    sink = FileSink(fd, base, PrefixDigest(fd, base, layout.size) if digest else None)
+    sink.reserve(layout.size)
+    salts = [salt_for(key, gen, a.name) for a in arrays]
+    pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
     try:
-        sink.reserve(layout.size)
-        for place in layout.places:
-            sink.write_at(place.end_at, b"endarr\n")
-        sink.write_at(layout.tail_at, tail)
-        salts = [salt_for(key, gen, a.name) for a in arrays]
-        merkle_prev = opts.merkle_prev or ZERO64
-
-        def finish_root() -> tuple[str, str, str]:
-            """Root values, then the arr lines and the header (so the file digest can follow
-            the text from the start while the chunks are still being encoded)."""
-            lines, sha_all, fastxor = root_values(arrays, digests.pairs, salts)
-            for array, line, place in zip(arrays, lines, layout.places):
-                sink.write_at(place.arr_at, (line + "\n" + idx_line(array)).encode("ascii"))
-            merkle_this = merkle_link(merkle_prev, sha_all, ts, gen, opts.build)
-            root = (ROOT_PENDING.decode() if opts.streaming
-                    else Root(sha_all, merkle_prev, merkle_this, fastxor).line())
-            header = (head + root + "\n").encode("ascii")
-            if opts.sign_key is not None:
-                header += _sign_line(opts.sign_key, header)
-            sink.write_at(0, header)
-            return sha_all, merkle_this, fastxor
-
-        pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
-        try:
-            digests = _Digests([array_digests(pool, a, key, s) for a, s in zip(arrays, salts)])
-            sha_all, merkle_this, fastxor = run_jobs(pool, sink, arrays, layout, digests,
-                                                     finish_root)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        file_sha256 = sink.digest.hexdigest() if sink.digest is not None else None
+        digests = _Digests([array_digests(pool, a, key, s) for a, s in zip(arrays, salts)])
+        lines, sha_all, fastxor = run_jobs(pool, sink, arrays, layout, digests,
+                                           lambda: root_values(arrays, digests.pairs, salts))
     finally:
-        if sink.digest is not None:
-            sink.digest.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+    for array, line, place in zip(arrays, lines, layout.places):
+        sink.write_at(place.arr_at, (line + "\n" + idx_line(array)).encode("ascii"))
+        sink.write_at(place.end_at, b"endarr\n")
+    sink.write_at(layout.tail_at, tail)
+    merkle_prev = opts.merkle_prev or ZERO64
+    merkle_this = merkle_link(merkle_prev, sha_all, ts, gen, opts.build)
+    root = (ROOT_PENDING.decode() if opts.streaming
+            else Root(sha_all, merkle_prev, merkle_this, fastxor).line())
+    header = (head + root + "\n").encode("ascii")
+    if opts.sign_key is not None:
+        header += _sign_line(opts.sign_key, header)
+    sink.write_at(0, header)
     wsum = _wsum_line(sha_all, merkle_prev, merkle_this, opts.sign_key) if opts.streaming else None
     result = WriteResult(gen, ts, opts.build, sha_all, merkle_prev, merkle_this, fastxor,
                          keyid(opts.sign_key) if opts.sign_key is not None else None,
-                         len(arrays), sum(len(a.raw) for a in arrays), wsum,
-                         file_sha256, layout.size if digest else None)
+                         len(arrays), sum(len(a.raw) for a in arrays), wsum)
     return result, layout.size
 
 

@@ -2,9 +2,9 @@
 both fed by the format contract (``snapops.formats.wtxt.save`` / ``write``).
 
 Files are laid out first and filled in place by the writer's workers (see :mod:`._emit`); the
-file's SHA-256 (``WriteResult.sha256``) is computed beside them, following the written prefix
-(:class:`~snapops.formats.prefix_digest.PrefixDigest`). Streams get the bytes in order through
-a :class:`~snapops.formats.atomic.DigestingFile`.
+file's SHA-256 (``WriteResult.sha256``) is then read back from the page cache while the file is
+fsynced (:func:`~snapops.formats.atomic.atomic_write_digest` with ``seekable=True``). Streams
+get the bytes in order through a :class:`~snapops.formats.atomic.DigestingFile`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..atomic import DigestingFile, atomic_write, atomic_write_bytes
+from ..atomic import DigestingFile, atomic_write_bytes, atomic_write_digest
 from ..contract import SaveOptions, WriteResult
 from ..dtypes import DTYPE_META_KEY
 from ..keys import coerce_hmac_key, coerce_signing_key
@@ -73,25 +73,24 @@ def write_stored(snapshot: Snapshot, out: BinaryIO, opts: WtxtOptions) -> WriteR
         digesting.finish()
     finally:
         digesting.close()
-    return result_of(done, getattr(out, "name", "<stream>"), digesting.size,
-                     digesting.hexdigest())
+    return result_of(done, getattr(out, "name", "<stream>"), digesting)
 
 
 def save_stored(snapshot: Snapshot, path: str | os.PathLike, opts: WtxtOptions) -> WriteResult:
     """Write a WTXT file atomically (temp file, fsync, rename); with ``streaming=True`` also
     ``PATH.wsum``."""
     arrays, writer, ts = prepare(snapshot, opts)
-    with atomic_write(path) as handle:  # chunks are written in place
-        done = _emit.write_wtxt(handle, arrays, writer, ts, digest=True)
+    with atomic_write_digest(path, seekable=True) as digesting:  # chunks are written in place
+        done = _emit.write_wtxt(digesting, arrays, writer, ts)
     if done.wsum is not None:
         atomic_write_bytes(wsum_path(path), done.wsum)
-    return result_of(done, os.fspath(path), done.file_size, done.file_sha256)
+    return result_of(done, os.fspath(path), digesting)
 
 
-def result_of(done: _emit.WriteResult, path: str, size: int, sha256: str) -> WriteResult:
+def result_of(done: _emit.WriteResult, path: str, digesting: DigestingFile) -> WriteResult:
     details = {k: getattr(done, k) for k in ("gen", "ts", "build", "merkle_prev", "fastxor",
                                              "keyid", "wsum")}
-    return WriteResult(path=path, format="wtxt", size=size,
-                       sha256=sha256, arrays=done.arrays,
+    return WriteResult(path=path, format="wtxt", size=digesting.size,
+                       sha256=digesting.hexdigest(), arrays=done.arrays,
                        raw_bytes=done.raw_bytes, sha256_all=done.sha256_all,
                        merkle_this=done.merkle_this, details=details)
