@@ -86,7 +86,8 @@ class RepoConfig:
                                       # the tree holds pointers (keyframes and residuals)
     lfs_url: str = ""                 # the LFS endpoint ("": <first remote>[.git]/info/lfs)
     lfs_token_file: str = ""          # a bearer token for the LFS server (never logged)
-    keyframe_every: int = 8           # LFS store: a full shard at least every K generations
+    keyframe_every: int = 8           # LFS store: a restore applies at most K-1 residuals
+                                      # (skip residuals: a keyframe every 2**(K-1) gens)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,23 @@
 """The write side of the LFS store: a freshly written shard becomes a stored object (a keyframe
-or a residual against the same path's previous shard), uploaded, and a pointer file in its place.
+or a residual against an earlier shard of the same path), uploaded, and a pointer file in its
+place.
 
 Called by the generation writer for each rewritten shard, before the MANIFEST is sealed and
 long before anything is committed, so no pointer is ever committed whose object is not on the
-server. The full shard enters the local object cache (the base of the next residual). A
-residual is stored when the previous shard is cached, the chain since the last keyframe is
-shorter than ``keyframe_every - 1`` residuals, and it is clearly smaller (at most
-``RESIDUAL_MAX_SHARE`` of the shard); otherwise a keyframe. The chain length of each cached
-shard is kept beside it (``<sha256>.depth``); a shard without one starts a new keyframe. After each commit the cache is trimmed to the shards
-of the committed generation.
+server. The full shard enters the local object cache (the base of later residuals).
+
+Residuals skip back like Subversion's skip-deltas: the shards since a path's keyframe are
+numbered 1, 2, 3, ...; shard ``i`` is stored as a residual against shard ``i & (i - 1)`` (its
+number with the lowest set bit cleared: 1, 2 and 4 against the keyframe, 3 against 2, 5
+against 4, 6 against 4, 7 against 6...). Restoring shard ``i`` applies ``popcount(i)``
+residuals, so with ``keyframe_every = K`` a restore never applies more than K - 1 of them, while
+a new keyframe is due only when the next number would need K (after 2**(K-1) - 1 residuals),
+or when the residual is not clearly smaller (at most ``RESIDUAL_MAX_SHARE`` of the shard). Half
+the residuals span one generation, a quarter two, and so on: a sparsely changing state costs a
+few generations' changes per generation instead of a full keyframe every K. Each cached shard
+keeps its *spine* beside it (``<sha256>.spine``: number, SHA-256, size and generation of the
+shards later residuals of its path may use as bases); a shard without one starts a new
+keyframe. After each commit the cache is trimmed to the spines of the committed generation.
 
 Example::
 
@@ -33,27 +42,56 @@ from .pointer import render_pointer
 RESIDUAL_MAX_SHARE = 0.9
 
 
+@dataclass(frozen=True)
+class SpineEntry:
+    number: int      # shards since the keyframe (0: the keyframe)
+    sha256: str
+    size: int
+    gen: int         # the generation that wrote it (a residual's ``base``)
+
+    def line(self) -> str:
+        return f"{self.number} {self.sha256} {self.size} {self.gen}\n"
+
+
+def base_numbers(number: int) -> list[int]:
+    """The numbers a residual chain of shard ``number`` passes through, the shard first.
+
+    >>> base_numbers(6), base_numbers(7), base_numbers(8)
+    ([6, 4, 0], [7, 6, 4, 0], [8, 0])
+    """
+    out = [number]
+    while number:
+        number &= number - 1
+        out.append(number)
+    return out
+
+
 @dataclass
 class LfsStash:
     objects: ObjectStore
     keyframe_every: int = 8
 
-    def depth(self, sha: str) -> int | None:
-        """Residuals since the last keyframe for a cached shard; None when unknown."""
+    def spine(self, sha: str) -> list[SpineEntry] | None:
+        """The spine of a cached shard (itself last); None when unknown or unreadable."""
         try:
-            text = (self.objects.root / f"{sha}.depth").read_text().strip()
-        except OSError:
+            text = (self.objects.root / f"{sha}.spine").read_text(encoding="ascii")
+            entries = [SpineEntry(int(n), h, int(size), int(gen))
+                       for n, h, size, gen in (line.split() for line in text.splitlines())]
+        except (OSError, ValueError, UnicodeDecodeError):
             return None
-        return int(text) if text.isdigit() else None
+        return entries if entries and entries[-1].sha256 == sha else None
 
-    def _set_depth(self, sha: str, depth: int) -> None:
-        atomic_write_bytes(self.objects.root / f"{sha}.depth", f"{depth}\n".encode())
+    def _set_spine(self, sha: str, entries: list[SpineEntry]) -> None:
+        atomic_write_bytes(self.objects.root / f"{sha}.spine",
+                           "".join(e.line() for e in entries).encode("ascii"))
 
     def trim(self, manifest: Manifest) -> int:
         """Forget every cached file but the shards of ``manifest`` (the last committed
-        generation: the bases of the next residuals); how many files went."""
-        keep = {s.sha256 for s in manifest.shards}
-        keep |= {f"{sha}.depth" for sha in keep}
+        generation) and their spines: the bases of the next residuals; how many files went."""
+        keep: set[str] = set()
+        for shard in manifest.shards:
+            spine = self.spine(shard.sha256) or []
+            keep |= {e.sha256 for e in spine} | {shard.sha256, f"{shard.sha256}.spine"}
         gone = 0
         for path in self.objects.root.iterdir():
             if path.name not in keep and path.is_file():
@@ -61,25 +99,43 @@ class LfsStash:
                 gone += 1
         return gone
 
+    def _base(self, prior: ShardRecord | None, record: ShardRecord
+              ) -> tuple[int, SpineEntry, list[SpineEntry]] | None:
+        """(number, base, spine so far) for the next shard of ``prior``'s path, or None when
+        a keyframe is due."""
+        spine = self.spine(prior.sha256) if prior is not None else None
+        if spine is None or record.plain_sha256:
+            return None
+        number = spine[-1].number + 1
+        chain = base_numbers(number)
+        if len(chain) - 1 > self.keyframe_every - 1:
+            return None
+        by_number = {e.number: e for e in spine}
+        base = by_number.get(chain[1])
+        if base is None or not self.objects.has(base.sha256, base.size):
+            return None
+        return number, base, [by_number[n] for n in reversed(chain[1:]) if n in by_number]
+
     def store(self, folder: Path, record: ShardRecord, prior: ShardRecord | None,
               itemsize: int) -> ShardRecord:
         """Store the shard at ``folder/record.path``, upload its object, leave its pointer."""
         full = folder / record.path
         sha, size = self.objects.put_file(full)
-        encoding, base, oid, osize, depth = "key", None, sha, size, 0
-        base_depth = self.depth(prior.sha256) if prior is not None else None
-        if (prior is not None and base_depth is not None
-                and base_depth + 1 <= self.keyframe_every - 1
-                and self.objects.has(prior.sha256, prior.size) and not record.plain_sha256):
-            blob = encode_residual(self.objects.path(prior.sha256).read_bytes(),
+        encoding, base_gen, oid, osize = "key", None, sha, size
+        spine = [SpineEntry(0, sha, size, record.gen)]
+        chosen = self._base(prior, record)
+        if chosen is not None:
+            number, base, kept = chosen
+            blob = encode_residual(self.objects.path(base.sha256).read_bytes(),
                                    full.read_bytes(), itemsize=itemsize)
             if len(blob) <= RESIDUAL_MAX_SHARE * size:
                 oid, osize = self.objects.put_bytes(blob)
-                encoding, base, depth = "res", prior.gen, base_depth + 1
-        self._set_depth(sha, depth)
+                encoding, base_gen = "res", base.gen
+                spine = kept + [SpineEntry(number, sha, size, record.gen)]
+        self._set_spine(sha, spine)
         client = self.objects.client
         if client is not None:
             client.upload([LfsObject(oid, osize, self.objects.path(oid))])
         atomic_write_bytes(full, render_pointer(oid, osize))
         return dataclasses.replace(record, object=oid, object_size=osize, encoding=encoding,
-                                   base=base)
+                                   base=base_gen)

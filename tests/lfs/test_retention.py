@@ -30,7 +30,19 @@ from snapops.formats.lfs.access import read_record
 from ..daemon.gitserve import git
 from .giftless_env import ORG, REPO
 
-GENS, K = 9, 3      # keyframes at gens 1, 4, 7
+GENS, K = 9, 3      # keyframes at gens 1 and 8: a restore applies at most K - 1 = 2 residuals
+KEYFRAMES = (1, 8)
+
+
+def chain(gen: int) -> set[int]:
+    """Independently of the stash: the gens a restore of ``gen`` reads (skip residuals, shard
+    number n against n & (n - 1) since the keyframe)."""
+    key = max(k for k in KEYFRAMES if k <= gen)
+    number, gens = gen - key, {gen}
+    while number:
+        number &= number - 1
+        gens.add(key + number)
+    return gens
 
 
 def state(gen: int) -> dict[str, np.ndarray]:
@@ -73,9 +85,8 @@ def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, t
     summary = json.loads(capsys.readouterr().out)
     kept = {8, 9} | {5} | {2}
     assert summary["kept"] == sorted(kept)
-    # independently: a kept gen needs every gen from its keyframe (1, 4, 7) up to itself
-    needed = {g for k in kept for g in range((k - 1) // K * K + 1, k + 1)}
-    assert needed == {1, 2, 4, 5, 7, 8, 9}
+    needed = set().union(*(chain(k) for k in kept))
+    assert needed == {1, 2, 5, 8, 9}
     assert set(giftless.objects()) == set().union(*(objects[g] for g in needed))
     assert summary["objects_deleted"] == len(set().union(*objects.values())) - \
         len(giftless.objects())
@@ -112,10 +123,10 @@ def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, t
     # `snapops lfs restore` is an alias of `snapops restore`: a pruned generation exits 1
     assert main(restore + ["--rev", "r/gen-000003", "--out", str(tmp_path / "g3.npz")]) == 1
     assert "gen 3 pruned by retention" in capsys.readouterr().err
-    assert main(restore + ["--rev", "r/gen-000008", "--out", str(tmp_path / "g8.npz")]) == 0
-    assert "2 LFS object(s) fetched" in capsys.readouterr().out      # keyframe 7, residual 8
-    with np.load(tmp_path / "g8.npz") as npz:
-        assert npz["w"].tobytes() == state(8)["w"].tobytes()
+    assert main(restore + ["--rev", "r/gen-000009", "--out", str(tmp_path / "g9.npz")]) == 0
+    assert "2 LFS object(s) fetched" in capsys.readouterr().out      # keyframe 8, residual 9
+    with np.load(tmp_path / "g9.npz") as npz:
+        assert npz["w"].tobytes() == state(9)["w"].tobytes()
 
 
 def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
@@ -124,7 +135,7 @@ def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
                                        cwd=repo).encode() + b"\n") for g in range(1, GENS + 1)}
     plan = plan_retention(manifests, Policy(1))
     assert plan.kept == {9}
-    assert len(plan.keep_objects) == 3      # keyframe 7, residuals 8 and 9
+    assert len(plan.keep_objects) == len(chain(9)) == 2      # keyframe 8, residual 9
     del manifests[8]
     with pytest.raises(FormatError, match="base"):
         plan_retention(manifests, Policy(1))

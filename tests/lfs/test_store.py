@@ -44,11 +44,13 @@ def write_run(root, giftless, cache, gens, k=3, fmt="aero"):
 
 def test_chain_of_keyframes_and_residuals_restores_exactly(giftless, tmp_path):
     root = tmp_path / "repo"
-    manifests, _ = write_run(root, giftless, tmp_path / "daemon-cache", 5, k=3)
-    encodings = [parse_manifest(manifests[g]).shards[0].encoding for g in range(1, 6)]
-    assert encodings == ["key", "res", "res", "key", "res"]     # K=3: at most 2 residuals
-    last = parse_manifest(manifests[5]).shards[0]
-    assert last.base == 4 and last.object_size < 0.75 * last.size
+    manifests, _ = write_run(root, giftless, tmp_path / "daemon-cache", 7, k=3)
+    shards = [parse_manifest(manifests[g]).shards[0] for g in range(1, 8)]
+    assert [s.encoding for s in shards] == ["key"] + ["res"] * 6
+    # skip residuals: shard number n (gen n + 1) against number n & (n - 1)
+    assert [s.base for s in shards] == [None, 1, 1, 3, 1, 5, 5]
+    last = shards[-1]
+    assert last.object_size < 0.75 * last.size
     pointer = parse_pointer((root / "snapshots/r" / last.path).read_bytes())
     assert (pointer.oid, pointer.size) == (last.object, last.object_size)
     assert last.object in giftless.objects()
@@ -61,9 +63,26 @@ def test_chain_of_keyframes_and_residuals_restores_exactly(giftless, tmp_path):
                         LfsClient(giftless.url, giftless.token("read")))
     src = LfsSource(FolderSource(root), "r", store, manifests=manifests.get)
     snap = load_from_source(src, "r")
-    want = list(states(5))[-1]
+    want = list(states(7))[-1]
     assert snap["w"].tobytes() == want["w"].tobytes() and snap["w"].dtype == np.float32
-    assert store.fetched == 2           # exactly keyframe 4 and residual 5
+    assert store.fetched == 3           # exactly residuals 7 and 5 and keyframe 1 (K - 1 = 2)
+
+
+def test_a_keyframe_is_due_when_a_restore_would_apply_k_residuals(tmp_path):
+    """Without a server: the stash's choice of base for each generation of one shard."""
+    spec = GenerationSpec(run="r", format="aero", shard_max=1 << 20, store="lfs",
+                          lfs=LfsStash(ObjectStore(tmp_path / "cache"), keyframe_every=3))
+    previous, records = None, []
+    for gen, state in enumerate(states(10), start=1):
+        written = write_generation(tmp_path / "repo", spec, gen, f"2026-01-02T03:04:{gen:02d}Z",
+                                   state, previous)
+        previous = written.data
+        records.append(written.manifest.shards[0])
+    # numbers 0-6 since gen 1; number 7 would need 3 residuals: gen 8 is a keyframe
+    assert [r.encoding for r in records] == ["key"] + ["res"] * 6 + ["key", "res", "res"]
+    assert [r.base for r in records] == [None, 1, 1, 3, 1, 5, 5, None, 8, 8]
+    cached = {p.name for p in (tmp_path / "cache").iterdir()}
+    assert {r.sha256 for r in records[7:]} <= cached   # the spine of gen 10: gens 8 and 10
 
 
 def test_pointer_not_matching_the_manifest_is_refused(giftless, tmp_path):
