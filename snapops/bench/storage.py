@@ -212,8 +212,8 @@ def run_storage(size: int, workdir: str | None = None, gens: int = 30,
 
 def render_storage(r: dict) -> str:
     lines = [f"raw bytes per generation (f32): {fmt_bytes(r['raw_bytes_per_gen'])}, "
-             f"{r['gens']} generations, LFS keyframe_every {r['keyframe_every']} (skip residuals: a "
-             f"restore applies at most {r['keyframe_every'] - 1})",
+             f"{r['gens']} generations, LFS keyframe_every {r['keyframe_every']} (skip "
+             f"residuals: a restore applies at most {r['keyframe_every'] - 1})",
              f"{'store':5} {'regime':11} {'stored':>10} {'per gen':>8} {'push med':>9} "
              f"{'push max':>9} {'clone':>7} {'restore':>11}"]
     for run in r["runs"]:
