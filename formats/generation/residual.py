@@ -56,16 +56,36 @@ def _xor(base: bytes | memoryview, target: bytes | memoryview) -> np.ndarray:
 
 def shuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
     """Byte planes: all first bytes of each ``itemsize`` item, then all second bytes, ...;
-    a tail shorter than one item stays at the end as it is."""
+    a tail shorter than one item stays at the end as it is. One strided copy per plane
+    (a transposed ``ravel`` of the whole buffer is several times slower).
+
+    >>> shuffle(np.arange(9, dtype=np.uint8), 4).tolist()
+    [0, 4, 1, 5, 2, 6, 3, 7, 8]
+    """
     whole = len(data) // itemsize * itemsize
-    planes = data[:whole].reshape(-1, itemsize).T.ravel()
-    return np.concatenate([planes, data[whole:]])
+    items = data[:whole].reshape(-1, itemsize)
+    out = np.empty(len(data), np.uint8)
+    planes = out[:whole].reshape(itemsize, -1)
+    for k in range(itemsize):
+        planes[k] = items[:, k]
+    out[whole:] = data[whole:]
+    return out
 
 
 def unshuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
+    """Inverse of :func:`shuffle`.
+
+    >>> unshuffle(shuffle(np.arange(9, dtype=np.uint8), 4), 4).tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    """
     whole = len(data) // itemsize * itemsize
-    items = data[:whole].reshape(itemsize, -1).T.ravel()
-    return np.concatenate([items, data[whole:]])
+    planes = data[:whole].reshape(itemsize, -1)
+    out = np.empty(len(data), np.uint8)
+    items = out[:whole].reshape(-1, itemsize)
+    for k in range(itemsize):
+        items[:, k] = planes[k]
+    out[whole:] = data[whole:]
+    return out
 
 
 def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *,
