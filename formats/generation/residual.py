@@ -96,7 +96,7 @@ def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *,
         raise ValueError(f"itemsize must be one of {ITEMSIZES}, got {itemsize}")
     planes = shuffle(_xor(base, target), itemsize)
     payload = zstd.ZstdCompressor(level=LEVEL, threads=THREADS,
-                                  write_content_size=True).compress(planes.tobytes())
+                                  write_content_size=True).compress(planes)
     head = HEADER.pack(MAGIC, VERSION, itemsize, 0, len(target), len(base),
                        hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
                        len(payload))
