@@ -155,45 +155,48 @@ class Bench:
                            ("snapops.requireHmac", "true")):
             _git(self.bare, "config", key, str(value))
 
-    def pre_receive(self, old: str | None, new: str) -> float:
+    def pre_receive(self, old: str | None, new: str, repeat: int = 3) -> float:
         """Objects staged in the bare repository past the hook, then the hook timed alone."""
         _git(self.repo, "push", "-q", f"--receive-pack={NO_HOOKS}", str(self.bare),
              f"{new}:refs/staging/gen")
         _git(self.bare, "update-ref", "-d", "refs/staging/gen")
         null = "0" * len(new)
         seconds = _best([*_snapops(), "hook", "pre-receive"], self.bare,
-                        f"{old or null} {new} refs/heads/main\n")
+                        f"{old or null} {new} refs/heads/main\n", repeat)
         _git(self.bare, "update-ref", "refs/heads/main", new)
         return seconds
 
 
-def bench_format(work: Path, fmt: str, size: int) -> dict:
+def bench_format(work: Path, fmt: str, size: int, repeat: int = 3) -> dict:
+    """Every measurement of one format; each hook run ``repeat`` times, the best kept."""
     bench = Bench(work, fmt, size)
     first, data = bench.commit(1, bench.state, None)
     result = {"raw_bytes": bench.raw, "files_bytes": sum(p.stat().st_size
                                                          for p in bench.shards())}
     result |= bench.verify() | bench.floors()
     bench.remote()
-    result["pre_receive_s"] = bench.pre_receive(None, first)
+    result["pre_receive_s"] = bench.pre_receive(None, first, repeat)
     one_layer = dict(bench.state)
     name = next(n for n in one_layer if n.endswith("_w"))
     one_layer[name] = one_layer[name] + 1
     second, _ = bench.commit(2, one_layer, data)
-    result["pre_receive_next_s"] = bench.pre_receive(first, second)
+    result["pre_receive_next_s"] = bench.pre_receive(first, second, repeat)
     _git(bench.repo, "reset", "-q", "--soft", "HEAD~1")  # generation 2 staged, not committed
-    result["pre_commit_s"] = _best([*_snapops(), "hook", "pre-commit"], bench.repo)
+    result["pre_commit_s"] = _best([*_snapops(), "hook", "pre-commit"], bench.repo,
+                                   repeat=repeat)
     return result
 
 
 def run_generations(size: int, workdir: str | os.PathLike | None = None,
-                    formats=FORMATS) -> dict:
-    """Every measurement for each format; ``startup_s`` and the load average once."""
+                    formats=FORMATS, repeat: int = 3) -> dict:
+    """Every measurement for each format (processes timed ``repeat`` times, best kept);
+    ``startup_s`` and the load average once."""
     result = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
-              "startup_s": _best([*_snapops(), "--version"], Path.cwd())}
+              "startup_s": _best([*_snapops(), "--version"], Path.cwd(), repeat=repeat)}
     for fmt in formats:
         work = Path(tempfile.mkdtemp(prefix=f"snapops-bench-gen-{fmt}-", dir=workdir))
         try:
-            result[fmt] = bench_format(work, fmt, size)
+            result[fmt] = bench_format(work, fmt, size, repeat)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     result["load_after"] = os.getloadavg()[0]

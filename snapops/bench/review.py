@@ -32,13 +32,17 @@ WTXT_PER_RAW = 1.39  # WTXT bytes per raw f32 byte (base64 4/3, line parity, chu
 
 
 def run_review(size: int, workdir: str | None = None, threads: int = 2,
-               manifest_only: bool = False, tensors: int = 1000, rounds: int = 5) -> dict:
+               manifest_only: bool = False, tensors: int = 1000,
+               rounds: int | None = None) -> dict:
+    """``rounds``: timed rounds, best kept (default 5 for the MANIFEST review, 3 for each hook
+    process)."""
     from .generations import run_generations
 
     if manifest_only:
         return {"machine": machine(),
-                "manifest": bench_manifest_review(tensors, workdir, rounds=rounds)}
-    return {"machine": machine(), "generations": run_generations(size, workdir),
+                "manifest": bench_manifest_review(tensors, workdir, rounds=rounds or 5)}
+    return {"machine": machine(),
+            "generations": run_generations(size, workdir, repeat=rounds or 3),
             "diff": bench_diff(size, workdir, threads=threads)}
 
 

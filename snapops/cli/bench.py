@@ -92,9 +92,9 @@ SUITES = [
            (("--tensors",), {"type": int, "default": 1000,
                              "help": "tensors per generation with --manifest-only "
                                      "(default 1000)"}),
-           (("--rounds",), {"type": int, "default": 5,
-                            "help": "with --manifest-only: timed rounds, best kept "
-                                    "(default 5)"}))),
+           (("--rounds",), {"type": int,
+                            "help": "timed rounds, best kept (default 5 with "
+                                    "--manifest-only, else 3 per hook process)"}))),
     Suite("restore", "restore of a sealed generation from a local remote",
           "One signed, HMAC'd generation of --size raw bytes in a bare remote, restored with "
           "snapops.load_generation (verified: seal, file set, every shard's SHA-256, ledger; "
