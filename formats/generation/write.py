@@ -220,7 +220,7 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
         if spec.lfs is not None and record.gen == gen:
             record = spec.lfs.store(folder, record, base.shard(path) if base else None,
                                     _itemsize(data))
-        return record, files, share
+        return path, record, files, share
 
     plans = plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format], rank_prefix(rank))
     with ThreadPoolExecutor(in_flight if spec.lfs is None else 1,
@@ -228,8 +228,7 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
         written = [pool.submit(write_one, plan) for plan in plans]
         stats = {name: pool.submit(partial_stats, array) for name, array in arrays.items()}
         done = [job.result() for job in written]
-    for plan, (record, files, share) in zip(plans, done):
-        path = plan.path + suffix
+    for plan, (path, record, files, share) in zip(plans, done):
         out.shards.append(record)
         out.files.extend(files)
         if record.gen == gen:
