@@ -33,7 +33,6 @@ HEADER = struct.Struct("<4sBBHQQ32s32sQ")
 ITEMSIZES = (1, 2, 4, 8)
 LEVEL = 3
 THREADS = 2
-_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,9 @@ def shuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
 
     >>> shuffle(np.arange(9, dtype=np.uint8), 4).tolist()
     [0, 4, 1, 5, 2, 6, 3, 7, 8]
+
+    Decoding never unshuffles into a buffer of its own: :func:`apply_planes` XORs each plane
+    straight into the base.
     """
     whole = len(data) // itemsize * itemsize
     items = data[:whole].reshape(-1, itemsize)
@@ -68,22 +70,6 @@ def shuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
     planes = out[:whole].reshape(itemsize, -1)
     for k in range(itemsize):
         planes[k] = items[:, k]
-    out[whole:] = data[whole:]
-    return out
-
-
-def unshuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
-    """Inverse of :func:`shuffle`.
-
-    >>> unshuffle(shuffle(np.arange(9, dtype=np.uint8), 4), 4).tolist()
-    [0, 1, 2, 3, 4, 5, 6, 7, 8]
-    """
-    whole = len(data) // itemsize * itemsize
-    planes = data[:whole].reshape(itemsize, -1)
-    out = np.empty(len(data), np.uint8)
-    items = out[:whole].reshape(-1, itemsize)
-    for k in range(itemsize):
-        items[:, k] = planes[k]
     out[whole:] = data[whole:]
     return out
 
@@ -103,8 +89,11 @@ def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *,
     return head + payload
 
 
-def read_header(blob: bytes | memoryview, path: str = "residual") -> ResidualHeader:
-    """The header of a residual, checked for shape (not yet against any base)."""
+def read_header(blob: bytes | memoryview, path: str = "residual", *,
+                total: int | None = None) -> ResidualHeader:
+    """The header of a residual, checked for shape (not yet against any base); ``total`` is
+    the residual's whole length when ``blob`` holds only its start."""
+    total = len(blob) if total is None else total
     if len(blob) < HEADER.size:
         raise FormatError("residual shorter than its header", path=path, offset=0,
                           check="residual", expected=f"at least {HEADER.size} bytes",
@@ -121,28 +110,50 @@ def read_header(blob: bytes | memoryview, path: str = "residual") -> ResidualHea
     if itemsize not in ITEMSIZES:
         raise FormatError("bad residual item size", path=path, offset=5, check="residual",
                           expected=f"one of {ITEMSIZES}", got=str(itemsize))
-    if HEADER.size + p_len != len(blob):
+    if HEADER.size + p_len != total:
         raise FormatError("residual payload length differs from the header", path=path,
                           offset=HEADER.size - 8, check="residual",
-                          expected=f"{HEADER.size + p_len} bytes in all", got=f"{len(blob)}")
+                          expected=f"{HEADER.size + p_len} bytes in all", got=f"{total}")
     return ResidualHeader(itemsize, t_len, b_len, b_sha.hex(), t_sha.hex(), p_len)
+
+
+def residual_planes(blob: bytes | memoryview, *, path: str = "residual",
+                    limits: DeclaredLimits = DEFAULT_LIMITS) -> tuple[ResidualHeader, np.ndarray]:
+    """The checked header of a residual and its decompressed byte planes (not yet applied)."""
+    head = read_header(blob, path)
+    check_declared("residual target", head.target_length, limits, path)
+    return head, _decompress(memoryview(blob)[HEADER.size:], head.target_length, path)
+
+
+def apply_planes(base: np.ndarray, head: ResidualHeader, planes: np.ndarray) -> np.ndarray:
+    """The target of a residual from its ``base`` (a writable uint8 array, changed in place
+    when it has the target's length) and its planes: the base fitted to the target's length
+    (cut, or padded with zeros) XOR the unshuffled planes, one strided XOR per plane."""
+    if len(base) != head.target_length:
+        fitted = np.zeros(head.target_length, np.uint8)
+        n = min(len(base), head.target_length)
+        fitted[:n] = base[:n]
+        base = fitted
+    size = head.itemsize
+    whole = len(base) // size * size
+    items = base[:whole].reshape(-1, size)
+    rows = planes[:whole].reshape(size, -1)
+    for k in range(size):
+        np.bitwise_xor(items[:, k], rows[k], out=items[:, k])
+    base[whole:] ^= planes[whole:]
+    return base
 
 
 def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
                     path: str = "residual", limits: DeclaredLimits = DEFAULT_LIMITS) -> bytes:
     """``target`` from ``base`` and its residual ``blob``; FormatError when ``blob`` is not a
     residual of ``base`` or does not reproduce the target it names."""
-    head = read_header(blob, path)
-    check_declared("residual target", head.target_length, limits, path)
+    head, planes = residual_planes(blob, path=path, limits=limits)
     if len(base) != head.base_length or hashlib.sha256(base).hexdigest() != head.base_sha256:
         raise FormatError("residual applied to the wrong base", path=path, offset=24,
                           check="residual-base", expected=f"base sha256={head.base_sha256}",
                           got=f"sha256={hashlib.sha256(base).hexdigest()}")
-    planes = _decompress(memoryview(blob)[HEADER.size:], head.target_length, path)
-    data = unshuffle(planes, head.itemsize)
-    n = min(len(base), len(data))
-    data[:n] ^= np.frombuffer(base, np.uint8, count=n)
-    out = data.tobytes()
+    out = apply_planes(np.frombuffer(base, np.uint8).copy(), head, planes).tobytes()
     got = hashlib.sha256(out).hexdigest()
     if got != head.target_sha256:
         raise FormatError("residual does not reproduce its target", path=path,
@@ -152,26 +163,21 @@ def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
 
 
 def _decompress(payload: memoryview, length: int, path: str) -> np.ndarray:
-    """Exactly ``length`` bytes from one zstd frame, never more than that in memory."""
-    out = np.empty(length, np.uint8)
-    filled = 0
-    reader = zstd.ZstdDecompressor().stream_reader(payload, read_across_frames=False)
+    """Exactly ``length`` bytes from one zstd frame that declares that length (the encoder
+    always writes it), so nothing beyond it is ever allocated."""
     try:
-        while True:
-            block = reader.read(min(_BLOCK, length - filled + 1))
-            if not block:
-                break
-            if filled + len(block) > length:
-                raise FormatError("residual payload expands beyond its declared length",
-                                  path=path, offset=HEADER.size, check="residual",
-                                  expected=f"{length} bytes", got="more")
-            out[filled:filled + len(block)] = np.frombuffer(block, np.uint8)
-            filled += len(block)
+        declared = zstd.frame_content_size(payload)
+        if declared == length:
+            out = zstd.ZstdDecompressor().decompress(payload, max_output_size=length)
     except zstd.ZstdError as exc:
         raise FormatError(f"residual payload is not valid zstd: {exc}", path=path,
                           offset=HEADER.size, check="residual") from None
-    if filled != length:
-        raise FormatError("residual payload shorter than its declared length", path=path,
+    if declared > length:
+        raise FormatError("residual payload expands beyond its declared length", path=path,
                           offset=HEADER.size, check="residual", expected=f"{length} bytes",
-                          got=f"{filled} bytes")
-    return out
+                          got=f"{declared} bytes")
+    if declared != length or len(out) != length:
+        raise FormatError("residual payload does not hold its declared length", path=path,
+                          offset=HEADER.size, check="residual", expected=f"{length} bytes",
+                          got="unknown" if declared < 0 else f"{declared} bytes")
+    return np.frombuffer(out, np.uint8)

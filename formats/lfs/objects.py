@@ -18,16 +18,26 @@ import hashlib
 import os
 import re
 import shutil
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from snapops.formats.atomic import atomic_write_bytes
+import numpy as np
+
+from snapops.formats.atomic import atomic_write, atomic_write_bytes
 from snapops.formats.errors import FormatError, LfsError
 from snapops.formats.generation.manifest import ShardRecord
-from snapops.formats.generation.residual import decode_residual, read_header
+from snapops.formats.generation.residual import (
+    HEADER,
+    apply_planes,
+    read_header,
+    residual_planes,
+)
 
 from .client import LfsClient
 
+IN_FLIGHT = 2           # residuals decoded ahead of the one being applied
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -91,39 +101,112 @@ class ObjectStore:
               path: str | None = None) -> Path:
         """The reconstructed file of ``record`` (cached under its sealed SHA-256); ``older(gen)``
         is the same path's record in generation ``gen``'s MANIFEST (the base of a residual)."""
-        return self._shard(record, older, path or record.path, 0)
+        return self._shard(record, older, path or record.path)
 
-    def _shard(self, record: ShardRecord, older, path: str, depth: int) -> Path:
-        if self.has(record.sha256, record.size):
-            return self.path(record.sha256)
-        if record.object is None or record.object_size is None:
-            raise FormatError("an LFS-store shard without its stored object", path=path,
-                              check="lfs", expected="object=<oid> object_size=<n>", got="-")
-        if record.encoding == "key":
-            if record.object != record.sha256 or record.object_size != record.size:
-                raise FormatError("a keyframe's object must be the shard itself", path=path,
-                                  check="lfs", expected=f"object={record.sha256}",
-                                  got=f"object={record.object}")
-            return self.fetch(record.object, record.object_size)
-        if record.encoding != "res" or record.base is None:
-            raise FormatError("unknown LFS encoding", path=path, check="lfs",
-                              expected="key, or res with a base", got=str(record.encoding))
-        if depth >= MAX_CHAIN or record.base >= record.gen:
-            raise FormatError("residual chain too long or not going back in time", path=path,
-                              check="lfs", expected=f"at most {MAX_CHAIN} residuals, base < gen",
-                              got=f"base {record.base} of gen {record.gen}")
-        base_record = older(record.base)
-        if base_record is None:
-            raise FormatError(f"the base of a residual (gen {record.base}) is not in the history",
-                              path=path, check="lfs", expected=f"gen {record.base}'s MANIFEST",
-                              got="nothing")
-        base_file = self._shard(base_record, older, path, depth + 1)
-        blob = self.fetch(record.object, record.object_size).read_bytes()
-        head = read_header(blob, path)
-        if head.target_sha256 != record.sha256 or head.target_length != record.size:
-            raise FormatError("residual names another target than the MANIFEST", path=path,
-                              check="lfs", expected=f"sha256={record.sha256}",
-                              got=f"sha256={head.target_sha256}")
-        data = decode_residual(base_file.read_bytes(), blob, path=path)
-        atomic_write_bytes(self.path(record.sha256), data)
+    def _shard(self, record: ShardRecord, older, path: str) -> Path:
+        residuals: list[ShardRecord] = []       # newest first
+        current = record
+        while not self.has(current.sha256, current.size):
+            if current.object is None or current.object_size is None:
+                raise FormatError("an LFS-store shard without its stored object", path=path,
+                                  check="lfs", expected="object=<oid> object_size=<n>", got="-")
+            if current.encoding == "key":
+                if current.object != current.sha256 or current.object_size != current.size:
+                    raise FormatError("a keyframe's object must be the shard itself", path=path,
+                                      check="lfs", expected=f"object={current.sha256}",
+                                      got=f"object={current.object}")
+                start = self.fetch(current.object, current.object_size)
+                break
+            if current.encoding != "res" or current.base is None:
+                raise FormatError("unknown LFS encoding", path=path, check="lfs",
+                                  expected="key, or res with a base", got=str(current.encoding))
+            if len(residuals) >= MAX_CHAIN or current.base >= current.gen:
+                raise FormatError("residual chain too long or not going back in time",
+                                  path=path, check="lfs",
+                                  expected=f"at most {MAX_CHAIN} residuals, base < gen",
+                                  got=f"base {current.base} of gen {current.gen}")
+            residuals.append(current)
+            base = older(current.base)
+            if base is None:
+                raise FormatError(f"the base of a residual (gen {current.base}) is not in the "
+                                  "history", path=path, check="lfs",
+                                  expected=f"gen {current.base}'s MANIFEST", got="nothing")
+            current = base
+        else:
+            start = self.path(current.sha256)
+        if not residuals:
+            return start
+        blobs = [self.fetch(r.object, r.object_size) for r in reversed(residuals)]
+        self._check_links(current, residuals[::-1], blobs, path)
+        data = self._apply(start, blobs, [r.size for r in residuals], path)
+        self._enter(data, record, path)
         return self.path(record.sha256)
+
+    @staticmethod
+    def _check_links(base: ShardRecord, residuals: list[ShardRecord], blobs: list[Path],
+                     path: str) -> None:
+        """Each residual's header names the shard before it as its base and its own record's
+        shard as its target (by SHA-256 and length): the chain is consistent before any byte
+        is decoded."""
+        for record, blob in zip(residuals, blobs):
+            with open(blob, "rb") as f:
+                head = read_header(f.read(HEADER.size), path, total=blob.stat().st_size)
+            if (head.base_sha256, head.base_length) != (base.sha256, base.size):
+                raise FormatError("residual applied to the wrong base", path=path,
+                                  check="residual-base", expected=f"base sha256={base.sha256}",
+                                  got=f"sha256={head.base_sha256} (gen {record.gen})")
+            if (head.target_sha256, head.target_length) != (record.sha256, record.size):
+                raise FormatError("residual names another target than the MANIFEST", path=path,
+                                  check="lfs", expected=f"sha256={record.sha256}",
+                                  got=f"sha256={head.target_sha256} (gen {record.gen})")
+            base = record
+
+    @staticmethod
+    def _apply(start: Path, blobs: list[Path], sizes: list[int], path: str) -> np.ndarray:
+        """The start shard's bytes with every residual applied in order (``sizes``: their
+        targets' lengths). XOR needs no intermediate shard, so only the final result is
+        checked (by :meth:`_enter`); the next residual is decompressed on a second core while
+        one is applied, at most ``IN_FLIGHT`` decoded residuals in memory."""
+        def planes(blob: Path):
+            return residual_planes(blob.read_bytes(), path=path)
+
+        with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="lfs-residual") as pool:
+            pending = deque(pool.submit(planes, b) for b in blobs[:IN_FLIGHT])
+            queued = blobs[IN_FLIGHT:]
+            length = start.stat().st_size
+            # one buffer as long as the longest shard of the chain: lengths differ by a few
+            # header bytes from generation to generation, and a copy per step would cost more
+            # than the XOR
+            data = np.empty(max([length] + sizes), np.uint8)
+            with open(start, "rb") as f:
+                if f.readinto(memoryview(data)[:length]) != length:
+                    raise FormatError("cached shard changed while read", path=path,
+                                      check="lfs", expected=f"{length} bytes", got="fewer")
+            while pending:
+                head, decoded = pending.popleft().result()
+                if queued:
+                    pending.append(pool.submit(planes, queued.pop(0)))
+                if head.target_length > length:
+                    data[length:head.target_length] = 0
+                length = head.target_length
+                apply_planes(data[:length], head, decoded)
+                del decoded
+        return data[:length]
+        return data
+
+    def _enter(self, data: np.ndarray, record: ShardRecord, path: str) -> None:
+        """Cache ``data`` as ``record``'s shard once its SHA-256 is the sealed one (hashed
+        while the file is written; the rename waits for the check)."""
+        with ThreadPoolExecutor(1, thread_name_prefix="lfs-digest") as pool:
+            digest = pool.submit(lambda: hashlib.sha256(data).hexdigest())
+
+            def check(_tmp: Path) -> None:
+                if digest.result() != record.sha256:
+                    raise FormatError(
+                        "residual chain does not reproduce its target: a cached object may be "
+                        f"damaged (remove the cache {self.root} and restore again)", path=path,
+                        check="residual-digest", expected=f"sha256={record.sha256}",
+                        got=f"sha256={digest.result()}")
+
+            with atomic_write(self.path(record.sha256), before_replace=check) as out:
+                out.write(memoryview(data))

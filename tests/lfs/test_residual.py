@@ -12,11 +12,12 @@ import zstandard as zstd
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation.residual import (
     HEADER,
+    ResidualHeader,
+    apply_planes,
     decode_residual,
     encode_residual,
     read_header,
     shuffle,
-    unshuffle,
 )
 from snapops.formats.limits import DeclaredLimits
 
@@ -50,7 +51,9 @@ def test_lengths_that_differ_and_odd_tails(grow):
 def test_shuffle_is_byte_planes():
     data = np.arange(10, dtype=np.uint8)
     assert shuffle(data, 4).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9]
-    assert unshuffle(shuffle(data, 4), 4).tolist() == data.tolist()
+    head = ResidualHeader(4, len(data), len(data), "", "", 0)
+    assert apply_planes(np.zeros(10, np.uint8), head, shuffle(data, 4)).tolist() == \
+        data.tolist()                      # planes XOR a zero base: the data unshuffled
 
 
 def test_wrong_base_refused():

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import shutil
 
 import numpy as np
+import pytest
+from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import load_from_source
-from snapops.formats.generation.manifest import parse_manifest
+from snapops.formats.generation.manifest import ShardRecord, parse_manifest
+from snapops.formats.generation.residual import encode_residual
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import verify_generation
 from snapops.formats.generation.write import (
@@ -103,3 +108,64 @@ def test_object_missing_on_the_server_is_a_typed_failure(giftless, tmp_path):
     report = verify_generation(LfsSource(FolderSource(root), "r", store,
                                          manifests=manifests.get), "r")
     assert not report.ok and "LFS" in str(report.failure)
+
+
+def _chain(store, lengths, seed=3):
+    """Server-less: shard files of the given lengths, gen 1 a keyframe and each later gen a
+    residual against the one before; (records by gen, the files' bytes)."""
+    rng = np.random.default_rng(seed)
+    files = [rng.integers(0, 256, lengths[0], dtype=np.uint8).tobytes()]
+    for length in lengths[1:]:
+        prev = np.frombuffer(files[-1], np.uint8)
+        nxt = np.resize(prev, length).copy()
+        nxt[::97] ^= rng.integers(1, 256, len(nxt[::97]), dtype=np.uint8)
+        files.append(nxt.tobytes())
+    records = {}
+    for gen, data in enumerate(files, start=1):
+        sha = hashlib.sha256(data).hexdigest()
+        if gen == 1:
+            oid, size = store.put_bytes(data)
+            extra = {"encoding": "key"}
+        else:
+            oid, size = store.put_bytes(encode_residual(files[gen - 2], data, itemsize=4))
+            extra = {"encoding": "res", "base": gen - 1}
+        records[gen] = ShardRecord("shards/0000.aero", "aero", len(data), sha, gen, "-",
+                                   object=oid, object_size=size, **extra)
+    return records, files
+
+
+def test_a_residual_chain_of_changing_lengths_restores_exactly(tmp_path):
+    """Lengths grow and shrink along the chain (AERO headers differ by a few bytes from
+    generation to generation): every generation comes back byte for byte, and only the
+    requested shard enters the cache beside the stored objects."""
+    store = ObjectStore(tmp_path / "cache")
+    records, files = _chain(store, [4000, 4013, 3990, 4001, 3001, 5003])
+    before = {p.name for p in store.root.iterdir()}
+    path = store.shard(records[6], records.get)
+    assert path.read_bytes() == files[5]
+    assert {p.name for p in store.root.iterdir()} - before == {records[6].sha256}
+    for gen in (2, 4, 5):
+        assert store.shard(records[gen], records.get).read_bytes() == files[gen - 1]
+
+
+def test_a_damaged_cached_base_fails_closed_and_caches_nothing(tmp_path):
+    store = ObjectStore(tmp_path / "cache")
+    records, files = _chain(store, [4000, 4000, 4000])
+    key = store.path(records[1].sha256)
+    damaged = bytearray(key.read_bytes())
+    damaged[100] ^= 1
+    key.write_bytes(bytes(damaged))               # same size: only its bytes can tell
+    with pytest.raises(FormatError, match=r"\[residual-digest\].*may be damaged"):
+        store.shard(records[3], records.get)
+    assert not store.has(records[3].sha256)
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
+
+
+def test_a_residual_naming_another_base_is_refused_before_decoding(tmp_path):
+    store = ObjectStore(tmp_path / "cache")
+    records, _ = _chain(store, [4000, 4000, 4000])
+    # gen 3's base, as another MANIFEST history would claim it: same object, another shard
+    forged = {**records, 2: dataclasses.replace(records[2], sha256="ab" * 32)}
+    with pytest.raises(FormatError, match=r"names another target.*\(gen 2\)"):
+        store.shard(forged[3], forged.get)
+    assert not store.has(records[3].sha256)
