@@ -45,46 +45,46 @@ class ResidualHeader:
     payload_length: int
 
 
-def _xor(base: bytes | memoryview, target: bytes | memoryview) -> np.ndarray:
-    """``target`` XOR ``base`` over the target's length (a shorter base counts as zeros)."""
-    out = np.frombuffer(target, np.uint8).copy()
-    n = min(len(base), len(out))
-    out[:n] ^= np.frombuffer(base, np.uint8, count=n)
-    return out
+def xor_planes(base: bytes | memoryview, target: bytes | memoryview,
+               itemsize: int) -> np.ndarray:
+    """The byte planes of ``target`` XOR ``base`` (a shorter base counts as zeros, a longer
+    one is cut): all first bytes of each ``itemsize`` item, then all second bytes, ...; a tail
+    shorter than one item stays at the end. One strided XOR per plane, straight into its
+    place (XOR then shuffle would pass over the data twice).
 
-
-def shuffle(data: np.ndarray, itemsize: int) -> np.ndarray:
-    """Byte planes: all first bytes of each ``itemsize`` item, then all second bytes, ...;
-    a tail shorter than one item stays at the end as it is. One strided copy per plane
-    (a transposed ``ravel`` of the whole buffer is several times slower).
-
-    >>> shuffle(np.arange(9, dtype=np.uint8), 4).tolist()
+    >>> xor_planes(bytes(9), bytes(range(9)), 4).tolist()
     [0, 4, 1, 5, 2, 6, 3, 7, 8]
-
-    Decoding never unshuffles into a buffer of its own: :func:`apply_planes` XORs each plane
-    straight into the base.
     """
-    whole = len(data) // itemsize * itemsize
-    items = data[:whole].reshape(-1, itemsize)
-    out = np.empty(len(data), np.uint8)
+    t = np.frombuffer(target, np.uint8)
+    b = np.frombuffer(base, np.uint8)
+    if len(b) != len(t):
+        fitted = np.zeros(len(t), np.uint8)
+        n = min(len(b), len(t))
+        fitted[:n] = b[:n]
+        b = fitted
+    whole = len(t) // itemsize * itemsize
+    out = np.empty(len(t), np.uint8)
     planes = out[:whole].reshape(itemsize, -1)
+    t_items, b_items = t[:whole].reshape(-1, itemsize), b[:whole].reshape(-1, itemsize)
     for k in range(itemsize):
-        planes[k] = items[:, k]
-    out[whole:] = data[whole:]
+        np.bitwise_xor(t_items[:, k], b_items[:, k], out=planes[k])
+    np.bitwise_xor(t[whole:], b[whole:], out=out[whole:])
     return out
 
 
-def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *,
-                    itemsize: int) -> bytes:
+def encode_residual(base: bytes | memoryview, target: bytes | memoryview, *, itemsize: int,
+                    base_sha256: str | None = None, target_sha256: str | None = None) -> bytes:
     """The residual that turns ``base`` into ``target``; ``itemsize`` is the width of the
-    numbers in the file (bytes per element of its dominant dtype)."""
+    numbers in the file (bytes per element of its dominant dtype). A caller that already
+    knows the SHA-256 of either (hex) passes it and saves a pass over the bytes."""
     if itemsize not in ITEMSIZES:
         raise ValueError(f"itemsize must be one of {ITEMSIZES}, got {itemsize}")
-    planes = shuffle(_xor(base, target), itemsize)
+    planes = xor_planes(base, target, itemsize)
     payload = zstd.ZstdCompressor(level=LEVEL, threads=THREADS,
                                   write_content_size=True).compress(planes)
     head = HEADER.pack(MAGIC, VERSION, itemsize, 0, len(target), len(base),
-                       hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
+                       bytes.fromhex(base_sha256 or hashlib.sha256(base).hexdigest()),
+                       bytes.fromhex(target_sha256 or hashlib.sha256(target).hexdigest()),
                        len(payload))
     return head + payload
 

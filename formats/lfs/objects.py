@@ -67,9 +67,10 @@ class ObjectStore:
         p = self.path(sha)
         return p.is_file() and (size is None or p.stat().st_size == size)
 
-    def put_file(self, src: Path) -> tuple[str, int]:
-        """Add a copy of ``src`` (a hard link when possible); its (sha256, size)."""
-        sha = file_sha256(src)
+    def put_file(self, src: Path, sha256: str | None = None) -> tuple[str, int]:
+        """Add a copy of ``src`` (a hard link when possible); its (sha256, size). A caller
+        that has just written ``src`` and hashed its bytes passes the digest."""
+        sha = sha256 or file_sha256(src)
         target = self.path(sha)
         if not target.exists():
             tmp = target.with_name(f".{sha}.{os.getpid()}.tmp")

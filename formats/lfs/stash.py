@@ -120,14 +120,16 @@ class LfsStash:
               itemsize: int) -> ShardRecord:
         """Store the shard at ``folder/record.path``, upload its object, leave its pointer."""
         full = folder / record.path
-        sha, size = self.objects.put_file(full)
+        # the writer hashed the file as it wrote it: record.sha256 is its digest
+        sha, size = self.objects.put_file(full, record.sha256)
         encoding, base_gen, oid, osize = "key", None, sha, size
         spine = [SpineEntry(0, sha, size, record.gen)]
         chosen = self._base(prior, record)
         if chosen is not None:
             number, base, kept = chosen
             blob = encode_residual(self.objects.path(base.sha256).read_bytes(),
-                                   full.read_bytes(), itemsize=itemsize)
+                                   full.read_bytes(), itemsize=itemsize,
+                                   base_sha256=base.sha256, target_sha256=sha)
             if len(blob) <= RESIDUAL_MAX_SHARE * size:
                 oid, osize = self.objects.put_bytes(blob)
                 encoding, base_gen = "res", base.gen

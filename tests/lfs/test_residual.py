@@ -17,7 +17,7 @@ from snapops.formats.generation.residual import (
     decode_residual,
     encode_residual,
     read_header,
-    shuffle,
+    xor_planes,
 )
 from snapops.formats.limits import DeclaredLimits
 
@@ -36,6 +36,9 @@ def test_round_trip_is_exact_and_smaller(dtype, itemsize, bound):
     blob = encode_residual(base, target, itemsize=itemsize)
     assert decode_residual(base, blob) == target
     assert len(blob) < bound * len(target)
+    known = {"base_sha256": hashlib.sha256(base).hexdigest(),
+             "target_sha256": hashlib.sha256(target).hexdigest()}
+    assert encode_residual(base, target, itemsize=itemsize, **known) == blob
     head = read_header(blob)
     assert (head.itemsize, head.target_length, head.base_length) == (itemsize, len(target),
                                                                      len(base))
@@ -50,10 +53,10 @@ def test_lengths_that_differ_and_odd_tails(grow):
 
 def test_shuffle_is_byte_planes():
     data = np.arange(10, dtype=np.uint8)
-    assert shuffle(data, 4).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9]
+    planes = xor_planes(bytes(10), data.tobytes(), 4)      # XOR a zero base: the data
+    assert planes.tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9]
     head = ResidualHeader(4, len(data), len(data), "", "", 0)
-    assert apply_planes(np.zeros(10, np.uint8), head, shuffle(data, 4)).tolist() == \
-        data.tolist()                      # planes XOR a zero base: the data unshuffled
+    assert apply_planes(np.zeros(10, np.uint8), head, planes).tolist() == data.tolist()
 
 
 def test_wrong_base_refused():
