@@ -447,7 +447,8 @@ class PushQueue:
             if sent:
                 state.history.append(self._record(batch, pushed_bytes, True, seconds))
             state.in_flight = None
-        log.info("pushed %d generation(s) to %s: %s..%s", len(batch), name, batch[0], batch[-1])
+        log.info("pushed %d generation(s) to %s: %s..%s in %.2f s", len(batch), name, batch[0],
+                 batch[-1], seconds)
         if report:
             try:
                 self._on_pushed(name, report)

@@ -79,6 +79,7 @@ class Daemon:
         self._stepped_at = 0.0    # clock() when the last step began
         self._status_dirty = False
         self._status_due = 0.0    # time.monotonic() of the next allowed status rewrite
+        self._serialize_s = 0.0   # seconds the last generation took to serialize (logged)
         self._maintenance_at: float | None = None  # clock() time a cleanup is due
         self._abandon_check_at: float | None = None  # clock() time a waiting REQ is due
         self.cluster = Cluster.from_config(config)
@@ -346,6 +347,7 @@ class Daemon:
             opened = open_local_parts(self.spool_dir, record, self.cluster)
         except FormatError as exc:
             return self._drop(gen, "bad_spool", exc)
+        started = time.perf_counter()
         try:
             done = self._commit(gen, opened) if self.cluster.committer else \
                 self._contribute(gen, opened)
@@ -365,7 +367,8 @@ class Daemon:
         self.attempts.pop(gen, None)
         if self.cluster.committer:
             self.pushq.enqueue(gen)
-            log.info("gen %d committed %s (%s)", gen, done[0][:12], done[1])
+            log.info("gen %d committed %s (%s) in %.2f s (serialize %.2f s)", gen, done[0][:12],
+                     done[1], time.perf_counter() - started, self._serialize_s)
         else:
             log.info("gen %d: part %s pushed to %s", gen, done[0][:12], done[1])
         return True
@@ -386,8 +389,10 @@ class Daemon:
                                                          self.repo_dir / run_dir(self.config))
             ts = min(filter(None, (ts, remote_ts)), default=None)
         ts = ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        started = time.perf_counter()
         written = serialize_generation(self.repo_dir, gen, opened.ranks, ts, self.config,
                                        self.sealing, previous, received=received, lfs=self.lfs)
+        self._serialize_s = time.perf_counter() - started
         if received:  # other nodes' bytes: the whole generation is checked before it lands
             self._verify_worktree()
         if self.state.gens[gen].state == SPOOLED:

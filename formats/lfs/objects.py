@@ -14,14 +14,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import mmap
 import os
 import re
 import shutil
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -40,6 +42,18 @@ from .client import LfsClient
 IN_FLIGHT = 2           # residuals decoded ahead of the one being applied
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@contextlib.contextmanager
+def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """The bytes of ``path`` without a copy (a read-only map; empty files cannot be mapped).
+    No view of it may outlive the block."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            yield view
 
 
 def file_sha256(path: Path) -> str:

@@ -36,7 +36,7 @@ from snapops.formats.generation.manifest import Manifest, ShardRecord
 from snapops.formats.generation.residual import encode_residual
 
 from .client import LfsObject
-from .objects import ObjectStore
+from .objects import ObjectStore, mapped
 from .pointer import render_pointer
 
 RESIDUAL_MAX_SHARE = 0.9
@@ -127,9 +127,9 @@ class LfsStash:
         chosen = self._base(prior, record)
         if chosen is not None:
             number, base, kept = chosen
-            blob = encode_residual(self.objects.path(base.sha256).read_bytes(),
-                                   full.read_bytes(), itemsize=itemsize,
-                                   base_sha256=base.sha256, target_sha256=sha)
+            with mapped(self.objects.path(base.sha256)) as old, mapped(full) as new:
+                blob = encode_residual(old, new, itemsize=itemsize,
+                                       base_sha256=base.sha256, target_sha256=sha)
             if len(blob) <= RESIDUAL_MAX_SHARE * size:
                 oid, osize = self.objects.put_bytes(blob)
                 encoding, base_gen = "res", base.gen
