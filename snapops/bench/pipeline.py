@@ -11,6 +11,7 @@ measured just before; daemon peak memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from snapops.daemon.wal import Wal, WalReader
 from snapops.formats.gitcmd import run_git
 
 from ._measure import fmt_bytes, model_state
+from .storage import FORMAT
 
 
 def _median_time(fn, repeat: int) -> float:
@@ -82,10 +84,21 @@ def _free_port() -> int:
 
 
 class _Stack:
-    """A git daemon on 127.0.0.1 and a snapops daemon pushing to it; the remote can go away."""
+    """A git daemon on 127.0.0.1 and a snapops daemon pushing to it; the remote can go away.
+    ``store="lfs"``: shard bytes go to a giftless on 127.0.0.1 (keyframes and residuals)."""
 
-    def __init__(self, folder: Path, nice: int | None = None, fmt: str = "wtxt") -> None:
+    def __init__(self, folder: Path, nice: int | None = None, fmt: str = "wtxt",
+                 store: str = "git") -> None:
         self.folder = folder
+        self.servers = contextlib.ExitStack()
+        lfs = ""
+        if store == "lfs":
+            from .giftless import serving, token
+            from .storage import SECRET
+
+            url = self.servers.enter_context(serving(folder, SECRET))
+            (folder / "lfs.token").write_text(token(SECRET, "write") + "\n")
+            lfs = f'store = "lfs"\nlfs_url = "{url}"\nlfs_token_file = "{folder / "lfs.token"}"\n'
         self.served = folder / "served"
         self.served.mkdir()
         run_git(["init", "-q", "--bare", "-b", "main", str(self.served / "snap.git")])
@@ -97,7 +110,7 @@ class _Stack:
         config = folder / "snapops.toml"
         niceness = "" if nice is None else f"nice = {nice}\n"
         config.write_text(f"""[daemon]\n{niceness}[snapshot]\nrun = "bench"\nformat = "{fmt}"\n
-[repo]\npath = "repo"\n[[repo.remote]]\nname = "net"\nurl = "git://127.0.0.1:{self.port}/snap.git"
+[repo]\npath = "repo"\n{lfs}[[repo.remote]]\nname = "net"\nurl = "git://127.0.0.1:{self.port}/snap.git"
 [push]\nbackoff_max = 5.0\n""")
         self.log = open(folder / "daemon.log", "ab")
         self.daemon = subprocess.Popen([sys.executable, "-m", "snapops", "daemon", "run",
@@ -167,6 +180,7 @@ class _Stack:
         self.daemon.wait(120)
         self.log.close()
         self.stop_remote()
+        self.servers.close()
 
 
 def train(state: dict[str, np.ndarray], steps: int, snap: Snapshotter | None, gen0: int,
@@ -284,12 +298,12 @@ def outage_drain(stack: _Stack, snap: Snapshotter, state: dict[str, np.ndarray],
 
 def run_pipeline(size: int, steps: int = 60, workdir: str | None = None, rounds: int = 3,
                  *, nice: int | None = None, idle: float = 60.0, outage: float = 60.0,
-                 interval: float = 5.0) -> dict:
+                 interval: float = 5.0, store: str = "git") -> dict:
     state = model_state(size)
     with tempfile.TemporaryDirectory(dir=workdir, prefix="snapops-bench-") as tmp:
         folder = Path(tmp)
         result = {"request": request_cost(state, folder), "wal": wal_latency(folder)}
-        stack = _Stack(folder, nice)
+        stack = _Stack(folder, nice, fmt=FORMAT[store], store=store)
         try:
             with Snapshotter(folder / "spool", max_in_flight=2) as snap:
                 t0 = time.monotonic()
@@ -307,7 +321,7 @@ def run_pipeline(size: int, steps: int = 60, workdir: str | None = None, rounds:
         finally:
             stack.close()
     result["state_bytes"] = sum(a.nbytes for a in state.values())
-    result["nice"] = nice
+    result["nice"], result["store"], result["format"] = nice, store, FORMAT[store]
     return result
 
 
@@ -353,7 +367,8 @@ def _render_ops(r: dict) -> list[str]:
 def render_pipeline(r: dict) -> str:
     q, w, loop = r["request"], r["wal"], r["loop"]
     return "\n".join([
-        f"pipeline bench, state {fmt_bytes(r['state_bytes'])}:",
+        f"pipeline bench, state {fmt_bytes(r['state_bytes'])}, store {r.get('store', 'git')} "
+        f"({r.get('format', 'wtxt')}):",
         f"  request() on the training thread: {q['request_s'] * 1e3:.1f} ms vs one memcpy "
         f"{q['memcpy_s'] * 1e3:.1f} ms = {q['ratio']:.2f}x (target <= 1.3x; first request "
         f"{q['first_request_s'] * 1e3:.1f} ms allocates the pinned buffers)",

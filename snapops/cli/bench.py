@@ -49,8 +49,10 @@ SUITES = [
           "one memcpy of the state, WAL append p99, a numpy training loop's slowdown when "
           "snapshotting every 10 steps and those snapshots' request-to-pushed time, the idle "
           "daemon's CPU share, the drain rate of the backlog an outage of the remote leaves "
-          "against the push rate of one generation, and the daemon's peak memory.",
-          "snapops bench pipeline --size 64MiB", "64MiB",
+          "against the push rate of one generation, and the daemon's peak memory. With --store "
+          "lfs the daemon writes AERO shards as keyframes and residuals to a giftless on "
+          "127.0.0.1 (as `snapops bench storage` does).",
+          "snapops bench pipeline --size 64MiB --store lfs --idle 0 --outage 0", "64MiB",
           ((("--steps",), {"type": int, "default": 60,
                            "help": "training steps per loop (default 60)"}),
            (("--nice",), {"type": int, "help": "the daemon's niceness (default: config)"}),
@@ -59,7 +61,10 @@ SUITES = [
            (("--outage",), {"type": float, "default": 60.0,
                             "help": "seconds the remote is away (0: skip the drain test)"}),
            (("--interval",), {"type": float, "default": 5.0,
-                              "help": "seconds between generations during the outage"}))),
+                              "help": "seconds between generations during the outage"}),
+           (("--store",), {"choices": ["git", "lfs"], "default": "git",
+                           "help": "git (WTXT in the tree, the default) or lfs (AERO keyframes "
+                                   "and residuals on a local giftless)"}))),
     Suite("multirank", "per-rank request() stall, request-to-pushed for N ranks vs 1",
           "Runs a git daemon on 127.0.0.1 and a snapops daemon for 1 rank, then for --ranks "
           "ranks (each its own process holding --size bytes of a row-split state): each rank's "
