@@ -7,6 +7,7 @@ with the secret from SECRET_FILE, for requests and for the pre-authorized action
 """
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -28,9 +29,9 @@ def token(secret: str, actions: str = "*", lifetime: int = 3600) -> str:
 
 
 @contextlib.contextmanager
-def serving(folder: Path, secret: str) -> Iterator[str]:
-    """giftless with its storage under ``folder/lfs-storage``, its log in ``folder``; yields
-    the LFS endpoint URL; killed when the block ends."""
+def serving(folder: Path, secret: str, nice: int = 0) -> Iterator[str]:
+    """giftless with its storage under ``folder/lfs-storage``, its log in ``folder``, at CPU
+    niceness ``nice``; yields the LFS endpoint URL; killed when the block ends."""
     storage = folder / "lfs-storage"
     storage.mkdir(parents=True, exist_ok=True)
     secret_file = folder / "giftless-secret"
@@ -39,7 +40,7 @@ def serving(folder: Path, secret: str) -> Iterator[str]:
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "snapops.bench.giftless", str(storage),
                                  str(secret_file)], stdout=subprocess.PIPE, stderr=err,
-                                text=True)
+                                text=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
     try:
         port = proc.stdout.readline().strip()
         if not port.isdigit():

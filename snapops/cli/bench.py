@@ -62,6 +62,9 @@ SUITES = [
                             "help": "seconds the remote is away (0: skip the drain test)"}),
            (("--interval",), {"type": float, "default": 5.0,
                               "help": "seconds between generations during the outage"}),
+           (("--rounds",), {"type": int, "default": 3,
+                            "help": "plain and snapshotting training runs, alternated "
+                                    "(default 3 each; more for a steadier median)"}),
            (("--store",), {"choices": ["git", "lfs"], "default": "git",
                            "help": "git (WTXT in the tree, the default) or lfs (AERO keyframes "
                                    "and residuals on a local giftless)"}))),
