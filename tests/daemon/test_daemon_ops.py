@@ -5,7 +5,6 @@ work repository stays bounded while the remote keeps the whole history."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
