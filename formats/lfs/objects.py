@@ -112,6 +112,17 @@ class ObjectStore:
         self.fetched += 1
         return self.path(oid)
 
+    def prefetch(self, objects: list[tuple[str, int]]) -> None:
+        """Download the objects of ``(oid, size)`` not yet cached, several at a time (a
+        restore asks for a whole generation's chains at once)."""
+        missing = [o for o in dict.fromkeys(objects) if not self.has(*o)]
+        if not missing or self.client is None:
+            return
+        try:
+            self.client.download_many(missing, self.path)
+        finally:
+            self.fetched += sum(self.has(*o) for o in missing)
+
     def shard(self, record: ShardRecord, older: Callable[[int], ShardRecord | None],
               path: str | None = None) -> Path:
         """The reconstructed file of ``record`` (cached under its sealed SHA-256); ``older(gen)``

@@ -19,10 +19,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
-from snapops.formats.errors import FormatError, GitError
+from snapops.formats.errors import FormatError, GitError, LfsError
 from snapops.formats.generation.manifest import (
     MAX_BYTES,
     Manifest,
@@ -33,7 +34,7 @@ from snapops.formats.generation.manifest import (
 from snapops.formats.generation.source import Entry, Source
 from snapops.formats.generation.verify import manifest_path, run_folder
 
-from .objects import ObjectStore
+from .objects import MAX_CHAIN, ObjectStore
 from .pointer import MAX_POINTER, parse_pointer
 
 
@@ -69,6 +70,8 @@ class LfsSource:
         self.label = f"{inner.label} (LFS objects resolved)"
         self._manifest: Manifest | None = None
         self._older: dict[int, Manifest | None] = {}
+        self._prefetched = False
+        self._prefetch_lock = threading.Lock()
 
     def _records(self) -> dict[str, ShardRecord]:
         if self._manifest is None:
@@ -107,8 +110,34 @@ class LfsSource:
                 yield local
             return
         check_pointer(self.read_pointer(path), path, record)
+        with self._prefetch_lock:     # shards are checked two at a time: one prefetch
+            if not self._prefetched:
+                self._prefetched = True
+                self._prefetch()
         rel = path.removeprefix(run_folder(self.run) + "/")
         yield self.store.shard(record, lambda gen: self._older_record(gen, rel), path)
+
+    def _prefetch(self) -> None:
+        """Download every object the generation's shards need (their keyframes and residual
+        chains, as far as the cache lacks them) in one go, several at a time. Best effort:
+        whatever fails here is fetched, and reported, shard by shard."""
+        wanted: list[tuple[str, int]] = []
+        try:
+            for path, record in self._records().items():
+                rel = path.removeprefix(run_folder(self.run) + "/")
+                current = record
+                for _ in range(MAX_CHAIN + 1):
+                    if current is None or current.object is None or current.object_size is None \
+                            or self.store.has(current.sha256, current.size):
+                        break
+                    wanted.append((current.object, current.object_size))
+                    if current.encoding != "res" or current.base is None \
+                            or current.base >= current.gen:
+                        break
+                    current = self._older_record(current.base, rel)
+            self.store.prefetch(wanted)
+        except (FormatError, LfsError):
+            return
 
     def _older_record(self, gen: int, rel: str) -> ShardRecord | None:
         if gen not in self._older:

@@ -64,6 +64,12 @@ class Remote:
         log = (self.root / "giftless.log").read_text()
         return len(re.findall(r'"GET [^" ]*/[0-9a-f]{64}[/?"][^"]*" 200', log))
 
+    def batches(self) -> int:
+        """Download batch calls giftless has logged so far (upload batches are the daemon's,
+        all made before the restores)."""
+        log = (self.root / "giftless.log").read_text()
+        return len(re.findall(r'"POST [^" ]*/objects/batch[^"]*" 200', log))
+
     def restore(self, *args: str) -> list[str]:
         return ["restore", self.url, "--run", RUN, "--lfs-token-file", str(self.token),
                 "--hmac-key", str(self.keys / "hmac.key"), "--trusted-key",
@@ -100,12 +106,13 @@ def test_every_generation_restores_bit_exact_fetching_exactly_its_chains(remote,
         # independently: shard number gen - 1 applies one residual per set bit; two shards
         assert len(chains) == 2 * (bin(gen - 1).count("1") + 1)
         out = tmp_path / f"gen{gen}.npz"
-        served = remote.downloads()
+        served, asked = remote.downloads(), remote.batches()
         assert main(remote.restore("--gen", str(gen), "-o", str(out))) == 0
         line = capsys.readouterr().out
         assert f"restored run t gen {gen} (verified; tag t/gen-{gen:06d}" in line
         assert f", {len(chains)} LFS object(s) fetched in " in line
         assert remote.downloads() - served == len(chains)
+        assert remote.batches() - asked == 1     # the whole generation asked for at once
         with np.load(out) as npz:
             want = weights(gen)
             assert sorted(npz.files) == sorted([*want, "snapops.json"])   # + gen, ts, build
