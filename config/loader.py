@@ -84,8 +84,6 @@ def build_config(merged: dict[str, dict[str, Any]], base_dir: str) -> Config:
     if config.repo.store == "lfs" and config.snapshot.delta:
         raise ConfigError("snapshot.delta: DELTA files need the shards in Git; not with "
                           "repo.store = \"lfs\" (residuals are its deltas)")
-    if config.repo.store == "lfs" and config.cluster.node:
-        raise ConfigError("repo.store: \"lfs\" is for single-node runs (cluster.node is set)")
     return config
 
 

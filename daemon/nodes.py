@@ -15,9 +15,10 @@ parts.md`` has the whole of it, crash cases included):
   of them, verifies the generation, commits, tags and pushes it like any other. Once a
   generation is pushed to the parts remote, or dropped, its part refs are deleted.
 
-Git objects carry the shard bytes (``store = "git"``). With an LFS store the part commit would
-hold pointer files instead and the contributor would upload the objects first; the PART and
-the refs stay as they are.
+Git objects carry the shard bytes (``store = "git"``). With ``store = "lfs"`` a contributor
+uploads each shard to the LFS server as a keyframe before it commits the part, whose tree holds
+the pointer files (the PART names each object); the committer places the pointers, checked
+byte for byte against the PART, and stores its own ranks' shards as usual (residuals too).
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from typing import Callable
 
 from snapops.formats.atomic import atomic_write, atomic_write_bytes
 from snapops.formats.errors import FormatError, GitError
-from snapops.formats.generation.manifest import gen_text
+from snapops.formats.generation.manifest import ShardRecord, gen_text
 from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
 from snapops.formats.gitcmd import run_git
+from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
 from .parts import MAX_BYTES, PartFile, PartHeader, parse_part, render_part
@@ -173,7 +175,7 @@ def read_part(git: NodeGit, commit: str, hmac_key: bytes | None) -> PartFile:
     with git.open_blob(f"{commit}:{PART_FILE}") as stream:
         data = stream.read(size)
     part = parse_part(data, f"{where}:{PART_FILE}", hmac_key)
-    want = {PART_FILE: size, **{s.path: s.size for s in part.written.shards},
+    want = {PART_FILE: size, **{s.path: _in_tree(s)[0] for s in part.written.shards},
             **{f.path: f.size for f in part.written.files}}
     if listing != want:
         extra = sorted(set(listing) ^ set(want)) or \
@@ -196,11 +198,26 @@ def _tree(git: NodeGit, commit: str) -> dict[str, int | None]:
     return listing
 
 
+def tree_bytes(shard: ShardRecord) -> bytes | None:
+    """What a part commit holds for an LFS-store shard: its pointer file (None: the shard)."""
+    if shard.object is None or shard.object_size is None:
+        return None
+    return render_pointer(shard.object, shard.object_size)
+
+
+def _in_tree(shard: ShardRecord) -> tuple[int, str]:
+    """Size and SHA-256 of what the part commit holds for ``shard``."""
+    pointer = tree_bytes(shard)
+    if pointer is None:
+        return shard.size, shard.sha256
+    return len(pointer), hashlib.sha256(pointer).hexdigest()
+
+
 def place_part(git: NodeGit, commit: str, part: PartFile, folder: Path) -> PartWritten:
     """Write the part's files into the run folder (atomically, each checked against its size
     and SHA-256); returns the part as the generation writer takes it."""
     written = part.written
-    records = [(s.path, s.size, s.sha256, s.format) for s in written.shards] + \
+    records = [(s.path, *_in_tree(s), s.format) for s in written.shards] + \
         [(f.path, f.size, f.sha256, None) for f in written.files]
     written.dense = []
     for path, size, sha256, fmt in records:
@@ -241,6 +258,7 @@ class PartExchange:
     run: str
     format: str
     hmac_key: bytes | None
+    store: str = "git"                                      # the run's store: parts must match
     interval: float = 2.0                                   # seconds between two polls
     reachable: bool = True                                  # the last poll reached the remote
     refused: dict[tuple[int, str], str] = field(default_factory=dict)   # (gen, node) -> why
@@ -319,7 +337,7 @@ class PartExchange:
         """The part is for this run, gen, node, world and format, and brings ranks that are
         served elsewhere and not already in."""
         h = found.header
-        want = (self.run, part.gen, part.node, self.cluster.world, self.format, "git")
+        want = (self.run, part.gen, part.node, self.cluster.world, self.format, self.store)
         got = (h.run, h.gen, h.node, h.world, h.format, h.store)
         if got != want:
             raise FormatError("a part for another run, gen, node, world, format or store",

@@ -1,20 +1,23 @@
-"""The part-manifest (``PART``, version 1): what one node contributes to a multi-node generation.
+"""The part-manifest (``PART``, version 2): what one node contributes to a multi-node generation.
 
 A node's daemon writes the shards of its ranks' pieces (``shards/r<rank>/NNNN.<ext>``, exactly
 as they will lie in ``snapshots/<run>/``) and one ``PART`` file describing them; the committer
 reads it to place those files and to build the generation's MANIFEST without opening a shard.
 Canonical text, one record per line, parsed strictly (re-rendered and compared), bounded:
 
-    SNAPOPS-PART 1
+    SNAPOPS-PART 2
     part run=<run> gen=<gen> node=<node> world=<n> ranks=<r>[+<r>...] ts=<ts> format=<fmt> store=<git|lfs>
-    shard path=<path> format=<fmt> size=<n> sha256=<hex64> content=<hex64> merkle_this=<hex64|-> plain_size=<n|-> plain_sha256=<hex64|->
+    shard path=<path> format=<fmt> size=<n> sha256=<hex64> content=<hex64> merkle_this=<hex64|-> plain_size=<n|-> plain_sha256=<hex64|-> object=<hex64|-> object_size=<n|->
     file path=<path> role=<wsum|delta> of=<path> size=<n> sha256=<hex64>
     piece name=<name> rank=<r> dtype=<dtype> stored=<dtype|-> shape=<dims> total=<f|-> squares=<f|-> min=<f|-> max=<f|-> count=<n|-> nan=<n|-> inf=<n|-> boxes=<k>
     box shard=<path> key=<name> box=<box>          (k lines after each piece line)
     end
     seal hmac=<hex64|->
 
-Names, dims, boxes and paths are spelled as in the MANIFEST (``docs/formats/manifest.md``);
+With ``store=lfs`` every shard names its LFS object (``object``, ``object_size``: a keyframe, the
+shard itself, uploaded before the part is published) and the part commit holds the pointer
+files; with ``store=git`` both are ``-`` and it holds the shards. Names, dims, boxes and paths
+are spelled as in the MANIFEST (``docs/formats/manifest.md``);
 ``<f>`` is Python's ``repr`` of a float (exact: partial statistics combine bit for bit). The
 seal is HMAC-SHA256 under the run's HMAC key over every byte before the seal line; a committer
 that has the key requires it. Every path lies under ``shards/r<rank>/`` of one of the part's
@@ -43,7 +46,7 @@ from snapops.formats.generation.manifest import (  # one line reader for both fo
 from snapops.formats.generation.stats import Partial
 from snapops.formats.generation.write import PartWritten, RankPiece, rank_prefix
 
-MAGIC = "SNAPOPS-PART 1"
+MAGIC = "SNAPOPS-PART 2"
 MAX_BYTES = 64 << 20
 MAX_DIMS = 64
 
@@ -61,7 +64,8 @@ _HEAD = _line_re("part", ("run", r"\S+"), ("gen", r"[0-9]{6,18}"),
               ("format", r"[a-z][a-z0-9]{0,15}"), ("store", "git|lfs"))
 _SHARD = _line_re("shard", ("path", r"\S+"), ("format", r"[a-z][a-z0-9]{0,15}"), ("size", _N),
                ("sha256", _HEX), ("content", _HEX), ("merkle_this", f"{_HEX}|-"),
-               ("plain_size", f"{_N}|-"), ("plain_sha256", f"{_HEX}|-"))
+               ("plain_size", f"{_N}|-"), ("plain_sha256", f"{_HEX}|-"),
+               ("object", f"{_HEX}|-"), ("object_size", f"{_N}|-"))
 _FILE = _line_re("file", ("path", r"\S+"), ("role", "|".join(FILE_ROLES)), ("of", r"\S+"),
               ("size", _N), ("sha256", _HEX))
 _STATS = ("total", "squares", "min", "max", "count", "nan", "inf")
@@ -116,7 +120,8 @@ def render_body(part: PartFile) -> bytes:
                     f"store={h.store}"]
     lines += [f"shard path={s.path} format={s.format} size={s.size} sha256={s.sha256} "
               f"content={s.content} merkle_this={_opt(s.merkle_this)} "
-              f"plain_size={_opt(s.plain_size)} plain_sha256={_opt(s.plain_sha256)}"
+              f"plain_size={_opt(s.plain_size)} plain_sha256={_opt(s.plain_sha256)} "
+              f"object={_opt(s.object)} object_size={_opt(s.object_size)}"
               for s in w.shards]
     lines += [f"file path={f.path} role={f.role} of={f.of} size={f.size} sha256={f.sha256}"
               for f in w.files]
@@ -176,10 +181,14 @@ def parse_part(data: bytes, path: str, hmac_key: bytes | None) -> PartFile:
 
 
 def _shard(m: re.Match, gen: int) -> ShardRecord:
+    lfs = m["object"] != "-" or m["object_size"] != "-"
     return ShardRecord(m["path"], m["format"], int(m["size"]), m["sha256"], gen, m["content"],
                        None if m["merkle_this"] == "-" else m["merkle_this"],
                        None if m["plain_size"] == "-" else int(m["plain_size"]),
-                       None if m["plain_sha256"] == "-" else m["plain_sha256"])
+                       None if m["plain_sha256"] == "-" else m["plain_sha256"],
+                       object=None if m["object"] == "-" else m["object"],
+                       object_size=None if m["object_size"] == "-" else int(m["object_size"]),
+                       encoding="key" if lfs else None)
 
 
 def _piece(r: _Lines, m: re.Match) -> RankPiece:
@@ -259,6 +268,12 @@ def check_part(part: PartFile, path: str) -> None:
         _safe(p, path)
         if not p.startswith(prefixes):
             fail("a path under the folder of one of the part's ranks", p)
+    for s in w.shards:
+        ok = (s.object, s.object_size) == (s.sha256, s.size) if h.store == "lfs" else \
+            (s.object, s.object_size) == (None, None)
+        if not ok:
+            fail("with store=lfs every shard's object is the shard itself (a keyframe), with "
+                 "store=git none", s.path)
     shards = {s.path for s in w.shards}
     for f in w.files:
         if f.of not in shards:

@@ -126,7 +126,8 @@ class Daemon:
         self.git = NodeGit(self.repo_dir, self.config.push.stall_timeout)
         if self.cluster.multi_node and self.cluster.committer:
             self.exchange = PartExchange(self.git, self.cluster, self.config.snapshot.run,
-                                         self.config.snapshot.format, self.sealing.hmac_key)
+                                         self.config.snapshot.format, self.sealing.hmac_key,
+                                         store=self.config.repo.store)
         observer = self._watch()
         try:
             self._sync_state()
@@ -423,8 +424,12 @@ class Daemon:
         scratch = self.state_dir / "parts" / gen_text(gen)
         ts = opened.ts or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         header = PartHeader(self.config.snapshot.run, gen, node, self.cluster.world,
-                            tuple(sorted(self.cluster.local)), ts, self.config.snapshot.format)
-        commit = build_part(self.git, scratch, generation_spec(self.config, self.sealing), header,
+                            tuple(sorted(self.cluster.local)), ts, self.config.snapshot.format,
+                            self.config.repo.store)
+        # a contributor writes keyframes only (no earlier MANIFEST here to take bases from);
+        # each is uploaded before the part is committed
+        commit = build_part(self.git, scratch, generation_spec(self.config, self.sealing,
+                                                               self.lfs), header,
                             opened.ranks, self.sealing.hmac_key)
         if self.state.gens[gen].state == SPOOLED:
             self._record(SERIALIZED, gen, commit=commit, ref=ref)
@@ -432,6 +437,8 @@ class Daemon:
         self._record(COMMITTED, gen, commit=commit, ref=ref)
         self._record(PUSHED, gen, remote=remote.name)
         forget_part(self.git, scratch, ref)
+        if self.lfs is not None:  # uploaded, and never a base here: nothing to keep
+            self.lfs.trim_to([])
         return commit, ref
 
     def _record(self, event: str, gen: int, **fields) -> None:

@@ -88,8 +88,12 @@ class LfsStash:
     def trim(self, manifest: Manifest) -> int:
         """Forget every cached file but the shards of ``manifest`` (the last committed
         generation) and their spines: the bases of the next residuals; how many files went."""
+        return self.trim_to(manifest.shards)
+
+    def trim_to(self, shards: list[ShardRecord]) -> int:
+        """Forget every cached file but ``shards`` and their spines; how many files went."""
         keep: set[str] = set()
-        for shard in manifest.shards:
+        for shard in shards:
             spine = self.spine(shard.sha256) or []
             keep |= {e.sha256 for e in spine} | {shard.sha256, f"{shard.sha256}.spine"}
         gone = 0

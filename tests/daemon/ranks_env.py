@@ -24,8 +24,9 @@ class RankedEnv(DaemonEnv):
     """A DaemonEnv whose config has a ``[cluster]`` section and its own spool folder."""
 
     def __init__(self, root: Path, remotes: dict[str, str], *, world: int, timeout: float = 60,
-                 spool: str = "spool", cluster: str = "", repo: Path | None = None) -> None:
-        super().__init__(root, remotes, repo=repo, extra=(
+                 spool: str = "spool", cluster: str = "", repo: Path | None = None,
+                 **options) -> None:
+        super().__init__(root, remotes, repo=repo, **options, extra=(
             f"[cluster]\nworld_size = {world}\nrank_timeout = {timeout}\n{cluster}"))
         text = self.config.read_text().replace(
             "[daemon]\n", f'[daemon]\nspool_dir = "{spool}"\nabandon_after = 2.0\n', 1)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from snapops.daemon.client import Snapshotter
 from snapops.daemon.lifecycle import DROPPED
 from snapops.daemon.nodes import NodeGit, build_part, part_ref, read_part
-from snapops.daemon.parts import PartFile, PartHeader, parse_part, render_part
+from snapops.daemon.parts import MAGIC, PartFile, PartHeader, parse_part, render_part
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import rank_shards
 from snapops.formats.generation.write import GenerationSpec, write_part
@@ -69,6 +69,9 @@ def test_round_trip_is_canonical_and_sealed(tmp_path):
     (b" total=", b" total=nan x", "a piece line"),
     (b" boxes=1\n", b" boxes=2\n", "a box line"),
     (b"format=wtxt store=git", b"format=wtxt store=git extra=1", "part run= gen="),
+    (b"object=- object_size=-", b"object=" + b"a" * 64 + b" object_size=1",
+     "with store=git none"),
+    (b"format=wtxt store=git", b"format=wtxt store=lfs", "a keyframe"),
 ])
 def test_hostile_parts_are_refused(tmp_path, old, new, message):
     body = body_of(render_part(make_part(tmp_path), KEY))
@@ -79,7 +82,7 @@ def test_hostile_parts_are_refused(tmp_path, old, new, message):
 
 @given(st.binary(max_size=300), st.integers(0, 2000))
 def test_any_bytes_give_only_typed_errors(junk, at):
-    base = reseal(b"SNAPOPS-PART 1\npart run=t gen=000004 node=b world=4 ranks=2 "
+    base = reseal(MAGIC.encode() + b"\npart run=t gen=000004 node=b world=4 ranks=2 "
                   b"ts=2026-01-02T03:04:05Z format=wtxt store=git\nend\n")
     data = base[:at] + junk + base[at:]
     try:
