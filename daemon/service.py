@@ -396,6 +396,8 @@ class Daemon:
         self._serialize_s = time.perf_counter() - started
         if received:  # other nodes' bytes: the whole generation is checked before it lands
             self._verify_worktree()
+            if self.lfs is not None:   # and their objects are on the LFS server
+                self.lfs.check_on_server([s for part in received for s in part.shards])
         if self.state.gens[gen].state == SPOOLED:
             self._record(SERIALIZED, gen, merkle=written.merkle_this)
         message = (f"snapops: {self.config.snapshot.run} gen {gen} "

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.errors import FormatError
 from snapops.formats.generation.manifest import Manifest, ShardRecord
 from snapops.formats.generation.residual import encode_residual
 
@@ -119,6 +120,20 @@ class LfsStash:
         if base is None or not self.objects.has(base.sha256, base.size):
             return None
         return number, base, [by_number[n] for n in reversed(chain[1:]) if n in by_number]
+
+    def check_on_server(self, shards: list[ShardRecord]) -> None:
+        """FormatError unless the LFS server holds the object of every shard (another node
+        uploaded them): no pointer is committed whose object is not in the store."""
+        client = self.objects.client
+        objects = [(s.object, s.object_size) for s in shards if s.object is not None]
+        if client is None or not objects:
+            return
+        for (oid, _), item in zip(objects, client.batch("upload", objects)):
+            if (item.get("actions") or {}).get("upload") is not None or item.get("error"):
+                path = next(s.path for s in shards if s.object == oid)
+                raise FormatError("another node's LFS object is not on the server", path=path,
+                                  check="lfs", expected=f"object {oid} in the LFS store",
+                                  got="missing")
 
     def store(self, folder: Path, record: ShardRecord, prior: ShardRecord | None,
               itemsize: int) -> ShardRecord:

@@ -169,3 +169,15 @@ def test_a_residual_naming_another_base_is_refused_before_decoding(tmp_path):
     with pytest.raises(FormatError, match=r"names another target.*\(gen 2\)"):
         store.shard(forged[3], forged.get)
     assert not store.has(records[3].sha256)
+
+
+def test_a_committer_refuses_shards_whose_objects_are_not_on_the_server(giftless, tmp_path):
+    """What the committer of a multi-node run asks before it commits other nodes' pointers."""
+    manifests, client = write_run(tmp_path / "repo", giftless, tmp_path / "cache", 2)
+    shards = list(parse_manifest(manifests[2]).shards) + list(parse_manifest(manifests[1]).shards)
+    stash = LfsStash(ObjectStore(tmp_path / "committer", client))
+    stash.check_on_server(shards)                   # both generations' objects are there
+    gone = shards[0].object
+    giftless.objects()[gone].unlink()
+    with pytest.raises(FormatError, match=rf"\[lfs\].*not on the server.*{gone}"):
+        stash.check_on_server(shards)
