@@ -32,7 +32,7 @@ VERSION = 1
 # payload length
 HEADER = struct.Struct("<4sBBHQQ32s32sQ")
 ITEMSIZES = (1, 2, 4, 8)
-LEVEL = 3
+LEVEL = 1          # level 3 is 1.5x slower here for the same size (f32 0.542x, bf16 +1%)
 THREADS = 2
 _local = threading.local()
 

@@ -89,12 +89,13 @@ def _rank_main(folder: str, rank: int, world: int, size: int, turn, start, resul
     results.put((rank, "bytes", sum(a.nbytes for a in arrays.values())))
 
 
-def run_world(size: int, world: int, folder: Path, fmt: str = "wtxt") -> dict:
+def run_world(size: int, world: int, folder: Path, fmt: str = "wtxt", store: str = "git"
+              ) -> dict:
     """A daemon for ``world`` ranks and its ranks; request-to-pushed and stalls per gen."""
     folder.mkdir()
     os.environ["SNAPOPS_CLUSTER_WORLD_SIZE"] = str(world)   # the stack's daemon inherits it
     try:
-        stack = _Stack(folder, fmt=fmt)
+        stack = _Stack(folder, fmt=fmt, store=store)
     finally:
         del os.environ["SNAPOPS_CLUSTER_WORLD_SIZE"]
     ctx = multiprocessing.get_context("spawn")
@@ -155,18 +156,20 @@ def phases(wal: Path) -> dict[str, float]:
 
 
 def run_multirank(size: int, ranks: int = 4, workdir: str | None = None,
-                  fmt: str = "wtxt") -> dict:
+                  fmt: str = "wtxt", store: str = "git") -> dict:
     with tempfile.TemporaryDirectory(dir=workdir, prefix="snapops-bench-") as tmp:
-        one = run_world(size, 1, Path(tmp) / "w1", fmt)
-        many = run_world(size, ranks, Path(tmp) / f"w{ranks}", fmt)
-    return {"size": size, "ranks": ranks, "format": fmt, "one": one, "many": many,
+        one = run_world(size, 1, Path(tmp) / "w1", fmt, store)
+        many = run_world(size, ranks, Path(tmp) / f"w{ranks}", fmt, store)
+    return {"size": size, "ranks": ranks, "format": fmt, "store": store, "one": one,
+            "many": many,
             "ratio": many["median_s"] / one["median_s"], "load": os.getloadavg()}
 
 
 def render_multirank(r: dict) -> str:
     one, many = r["one"], r["many"]
     worst = max(many["ranks"], key=lambda x: x["ratio"])
-    lines = [f"multirank bench, {r['format']}, {fmt_bytes(r['size'])} per rank (load average "
+    lines = [f"multirank bench, {r['format']}, store {r.get('store', 'git')}, "
+             f"{fmt_bytes(r['size'])} per rank (load average "
              f"{r['load'][0]:.2f}):"]
     for run in (one, many):
         lines.append(

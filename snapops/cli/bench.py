@@ -77,7 +77,10 @@ SUITES = [
           ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),
            (("--format",), {"dest": "fmt", "default": "wtxt",
                             "choices": ["wtxt", "aero", "fold", "pycauset", "finf"],
-                            "help": "the run's snapshot format (default wtxt)"}))),
+                            "help": "the run's snapshot format (default wtxt)"}),
+           (("--store",), {"choices": ["git", "lfs"], "default": "git",
+                           "help": "git (shards in the tree, the default) or lfs (keyframes and "
+                                   "residuals on a local giftless)"}))),
     Suite("formats", "AERO, FOLD, PyCauset and FINF write/open/verify throughput",
           "Each binary format on the same model-like state: write, open (mmap), read/verify "
           "throughput and metadata update time.",
