@@ -158,6 +158,10 @@ class _Counted:
     def read(self, path: str, limit: int) -> bytes:
         return self.inner.read(path, limit)
 
+    def hashed(self, local) -> str | None:
+        known = getattr(self.inner, "hashed", None)
+        return known(local) if known is not None else None
+
     @contextlib.contextmanager
     def file(self, path: str) -> Iterator:
         with self.inner.file(path) as local:

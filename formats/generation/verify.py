@@ -279,12 +279,14 @@ def _check_digest(source: Source, path: str, size: int, sha256: str) -> None:
         _check_file_digest(local, path, size, sha256)
 
 
-def _check_file_digest(local: Path, path: str, size: int, sha256: str) -> None:
+def _check_file_digest(local: Path, path: str, size: int, sha256: str,
+                       known: str | None = None) -> None:
+    """``known``: the SHA-256 the source itself computed for ``local`` (not hashed again)."""
     got_size = os.path.getsize(local)
     if got_size != size:
         raise FormatError("file size differs from the MANIFEST", path=path, check="size",
                           expected=f"{size} bytes", got=f"{got_size} bytes")
-    got = file_sha256(local)
+    got = known or file_sha256(local)
     if got != sha256:
         raise FormatError("file bytes do not match the MANIFEST digest", path=path,
                           check="digest", expected=f"sha256={sha256}", got=f"sha256={got}")
@@ -308,7 +310,9 @@ def check_shard(source: Source, folder: str, manifest: Manifest, shard: ShardRec
 
     path = f"{folder}/{shard.path}"
     with source.file(path) as local:
-        _check_file_digest(local, path, shard.size, shard.sha256)
+        hashed = getattr(source, "hashed", None)    # a source that computed it (LFS restore)
+        _check_file_digest(local, path, shard.size, shard.sha256,
+                           hashed(local) if hashed is not None else None)
         if not shard.path.endswith(AGE_SUFFIX):
             wsum_file = f"{folder}/{wsum.path}" if wsum else None
             with _maybe_file(source, wsum_file) as wsum_local:

@@ -70,12 +70,29 @@ class ObjectStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.client = client
         self.fetched = 0        # objects downloaded by this store
+        self._hashed: dict[str, tuple[int, int, int, str]] = {}   # path -> stat, SHA-256
 
     def path(self, sha: str) -> Path:
         if not _HEX64.fullmatch(sha or ""):
             raise FormatError("not a SHA-256 object id", check="lfs", expected="64 hex digits",
                               got=str(sha)[:80])
         return self.root / sha
+
+    def hashed(self, path: Path) -> str | None:
+        """The SHA-256 this store computed for ``path`` when it wrote or downloaded it, if the
+        file is still the same (inode, size, modification time); else None."""
+        known = self._hashed.get(str(path))
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if known is None or known[:3] != (st.st_ino, st.st_size, st.st_mtime_ns):
+            return None
+        return known[3]
+
+    def _remember(self, path: Path, sha: str) -> None:
+        st = os.stat(path)
+        self._hashed[str(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, sha)
 
     def has(self, sha: str, size: int | None = None) -> bool:
         p = self.path(sha)
@@ -108,7 +125,8 @@ class ObjectStore:
             return self.path(oid)
         if self.client is None:
             raise LfsError(f"LFS object {oid} is not cached and no LFS server is configured")
-        self.client.download(oid, size, self.path(oid))
+        self.client.download(oid, size, self.path(oid))   # checked: its SHA-256 is the oid
+        self._remember(self.path(oid), oid)
         self.fetched += 1
         return self.path(oid)
 
@@ -119,9 +137,12 @@ class ObjectStore:
         if not missing or self.client is None:
             return
         try:
-            self.client.download_many(missing, self.path)
+            self.client.download_many(missing, self.path)   # each checked against its oid
         finally:
-            self.fetched += sum(self.has(*o) for o in missing)
+            for oid, size in missing:
+                if self.has(oid, size):
+                    self._remember(self.path(oid), oid)
+                    self.fetched += 1
 
     def shard(self, record: ShardRecord, older: Callable[[int], ShardRecord | None],
               path: str | None = None) -> Path:
@@ -236,3 +257,4 @@ class ObjectStore:
 
             with atomic_write(self.path(record.sha256), before_replace=check) as out:
                 out.write(memoryview(data))
+        self._remember(self.path(record.sha256), record.sha256)

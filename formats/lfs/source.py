@@ -98,6 +98,11 @@ class LfsSource:
                                   got=f"{local.stat().st_size} bytes")
             return local.read_bytes()
 
+    def hashed(self, local: Path) -> str | None:
+        """The SHA-256 the object store computed for a shard file it handed out, when the
+        file is unchanged since (the verifier then does not hash it again)."""
+        return self.store.hashed(local)
+
     def read_pointer(self, path: str) -> bytes:
         """The pointer file itself, as the tree holds it."""
         return self.inner.read(path, MAX_POINTER)

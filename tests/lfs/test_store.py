@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shutil
 
 import numpy as np
@@ -181,3 +182,19 @@ def test_a_committer_refuses_shards_whose_objects_are_not_on_the_server(giftless
     giftless.objects()[gone].unlink()
     with pytest.raises(FormatError, match=rf"\[lfs\].*not on the server.*{gone}"):
         stash.check_on_server(shards)
+
+
+def test_the_verifier_reuses_a_digest_only_while_the_file_is_unchanged(tmp_path):
+    """The store hashed the shard it rebuilt; a file changed since (same size) is not vouched
+    for any more, so the verifier hashes it and finds the change."""
+    store = ObjectStore(tmp_path / "cache")
+    records, files = _chain(store, [4000, 4000, 4000])
+    path = store.shard(records[3], records.get)
+    assert store.hashed(path) == records[3].sha256 == hashlib.sha256(files[2]).hexdigest()
+    assert store.hashed(store.path(records[1].sha256)) is None   # cached before: not vouched
+    data = bytearray(path.read_bytes())
+    data[7] ^= 1
+    path.write_bytes(bytes(data))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert store.hashed(path) is None
