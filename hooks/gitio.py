@@ -122,6 +122,12 @@ class Git:
                 missing -= len(block)
         return b"".join(parts)
 
+    def blob_to(self, oid: str, out: BinaryIO) -> None:
+        """Write a blob into the open file ``out``: git writes it there itself (no pipe, no
+        copy through Python: about twice as fast for shard-sized blobs)."""
+        run_git(["cat-file", "blob", oid], cwd=self.cwd, stdout=out,
+                what=f"cat-file blob {oid}")
+
     @contextlib.contextmanager
     def open_blob(self, oid: str) -> Iterator[BinaryIO]:
         """Stream a blob from ``git cat-file blob`` (no copy on disk). Leaving early stops git."""

@@ -218,8 +218,8 @@ class GitTreeSource:
                               check="path") from None
         try:
             try:
-                with self.git.open_blob(entry.oid) as stream, out:
-                    _copy(stream, out, entry.size if entry.size is not None else self.max_blob)
+                with out:
+                    self._materialise(entry, out)
             except OSError as exc:  # a full scratch disk, say: typed, one line
                 raise FormatError(f"cannot write to the scratch folder: {exc.strerror}",
                                   path=path, check="io") from None
@@ -229,6 +229,19 @@ class GitTreeSource:
         finally:
             if self._kept is None or path not in self._kept:
                 target.unlink(missing_ok=True)
+
+
+    def _materialise(self, entry: Entry, out) -> None:
+        """The blob of ``entry`` into ``out``, at most its listed size."""
+        if entry.size is not None and hasattr(self.git, "blob_to"):
+            self.git.blob_to(entry.oid, out)
+            written = out.tell()
+            if written != entry.size:
+                raise FormatError("blob size differs from the tree listing", check="size",
+                                  expected=f"{entry.size} bytes", got=f"{written} bytes")
+            return
+        with self.git.open_blob(entry.oid) as stream:
+            _copy(stream, out, entry.size if entry.size is not None else self.max_blob)
 
 
 def _holds_blob(candidate: Path, entry: Entry) -> bool:
