@@ -150,8 +150,11 @@ class ObjectStore:
         is the same path's record in generation ``gen``'s MANIFEST (the base of a residual)."""
         return self._shard(record, older, path or record.path)
 
-    def _shard(self, record: ShardRecord, older, path: str) -> Path:
-        residuals: list[ShardRecord] = []       # newest first
+    def chain(self, record: ShardRecord, older: Callable[[int], ShardRecord | None],
+              path: str) -> tuple[ShardRecord, list[ShardRecord]]:
+        """What rebuilding ``record`` starts from (a shard already cached, or a keyframe) and
+        the residuals to apply to it, oldest first; FormatError on a malformed chain."""
+        residuals: list[ShardRecord] = []       # newest first while walking back
         current = record
         while not self.has(current.sha256, current.size):
             if current.object is None or current.object_size is None:
@@ -162,7 +165,6 @@ class ObjectStore:
                     raise FormatError("a keyframe's object must be the shard itself", path=path,
                                       check="lfs", expected=f"object={current.sha256}",
                                       got=f"object={current.object}")
-                start = self.fetch(current.object, current.object_size)
                 break
             if current.encoding != "res" or current.base is None:
                 raise FormatError("unknown LFS encoding", path=path, check="lfs",
@@ -179,13 +181,25 @@ class ObjectStore:
                                   "history", path=path, check="lfs",
                                   expected=f"gen {current.base}'s MANIFEST", got="nothing")
             current = base
+        return current, residuals[::-1]
+
+    def objects_of(self, start: ShardRecord, residuals: list[ShardRecord]
+                   ) -> list[tuple[str, int]]:
+        """The stored objects a :meth:`chain` needs (its start only when not cached)."""
+        needed = residuals if self.has(start.sha256, start.size) else [start, *residuals]
+        return [(r.object, r.object_size) for r in needed]
+
+    def _shard(self, record: ShardRecord, older, path: str) -> Path:
+        start, residuals = self.chain(record, older, path)
+        if self.has(start.sha256, start.size):
+            first = self.path(start.sha256)
         else:
-            start = self.path(current.sha256)
+            first = self.fetch(start.object, start.object_size)
         if not residuals:
-            return start
-        blobs = [self.fetch(r.object, r.object_size) for r in reversed(residuals)]
-        self._check_links(current, residuals[::-1], blobs, path)
-        data = self._apply(start, blobs, [r.size for r in residuals], path)
+            return first
+        blobs = [self.fetch(r.object, r.object_size) for r in residuals]
+        self._check_links(start, residuals, blobs, path)
+        data = self._apply(first, blobs, [r.size for r in residuals], path)
         self._enter(data, record, path)
         return self.path(record.sha256)
 

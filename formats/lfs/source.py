@@ -34,7 +34,7 @@ from snapops.formats.generation.manifest import (
 from snapops.formats.generation.source import Entry, Source
 from snapops.formats.generation.verify import manifest_path, run_folder
 
-from .objects import MAX_CHAIN, ObjectStore
+from .objects import ObjectStore
 from .pointer import MAX_POINTER, parse_pointer
 
 
@@ -130,16 +130,9 @@ class LfsSource:
         try:
             for path, record in self._records().items():
                 rel = path.removeprefix(run_folder(self.run) + "/")
-                current = record
-                for _ in range(MAX_CHAIN + 1):
-                    if current is None or current.object is None or current.object_size is None \
-                            or self.store.has(current.sha256, current.size):
-                        break
-                    wanted.append((current.object, current.object_size))
-                    if current.encoding != "res" or current.base is None \
-                            or current.base >= current.gen:
-                        break
-                    current = self._older_record(current.base, rel)
+                start, residuals = self.store.chain(
+                    record, lambda gen, rel=rel: self._older_record(gen, rel), path)
+                wanted += self.store.objects_of(start, residuals)
             self.store.prefetch(wanted)
         except (FormatError, LfsError):
             return

@@ -25,7 +25,9 @@ from .ranks_env import RankedEnv
 NODES = {"a": "0", "b": "1"}
 
 
-def two_nodes(tmp_path, bare, timeout: float = 20) -> dict[str, RankedEnv]:
+def two_nodes(tmp_path, bare, timeout: float = 20, **options) -> dict[str, RankedEnv]:
+    """Node a commits rank 0, node b contributes rank 1; ``options`` go to every daemon's
+    environment (format, shard size, [repo] lines)."""
     envs = {}
     for node, ranks in NODES.items():
         root = tmp_path / node
@@ -33,7 +35,8 @@ def two_nodes(tmp_path, bare, timeout: float = 20) -> dict[str, RankedEnv]:
         if envs:  # every node seals with the run's keys
             shutil.copytree(envs["a"].keys, root / "keys")
         envs[node] = RankedEnv(root, {"origin": str(bare)}, world=2, timeout=timeout,
-                               cluster=f'ranks = "{ranks}"\nnode = "{node}"\ncommitter = "a"\n')
+                               cluster=f'ranks = "{ranks}"\nnode = "{node}"\ncommitter = "a"\n',
+                               **options)
     return envs
 
 
@@ -71,9 +74,9 @@ def check_remote(env: RankedEnv, bare, tmp_path, committed: list[int]) -> None:
     shutil.rmtree(clone)
 
 
-def test_two_nodes_make_each_generation_once_through_the_remote(tmp_path):
-    bare = init_bare(tmp_path / "remote.git")
-    envs = two_nodes(tmp_path, bare)
+def three_generations(envs: dict[str, RankedEnv], bare) -> None:
+    """Start both nodes, request gens 1-3 from both ranks (in alternating order), wait until
+    the committer has landed gen 3 and every part ref is swept."""
     for env in envs.values():
         env.start()
     snaps = {node: Snapshotter(envs[node].spool, rank=int(r), world_size=2, policy="block")
@@ -87,6 +90,12 @@ def test_two_nodes_make_each_generation_once_through_the_remote(tmp_path):
         for snap in snaps.values():
             snap.close()
     envs["a"].wait(lambda: not part_refs(bare), what="part refs swept")
+
+
+def test_two_nodes_make_each_generation_once_through_the_remote(tmp_path):
+    bare = init_bare(tmp_path / "remote.git")
+    envs = two_nodes(tmp_path, bare)
+    three_generations(envs, bare)
     state_b = envs["b"].state()
     assert all(state_b.gens[g].state == PUSHED and state_b.gens[g].fields["ref"] ==
                f"refs/snapops/parts/t/{g:06d}/b" for g in (1, 2, 3))

@@ -5,56 +5,24 @@ shard is in the LFS store. Every generation restores bit-exact from the server."
 
 from __future__ import annotations
 
-import shutil
-
-import numpy as np
-
 import snapops
+from snapops.daemon.lifecycle import PUSHED
 from snapops.formats.generation import parse_manifest
+from snapops.formats.generation.write import rank_prefix
 
 from ..daemon.gitserve import git, init_bare
 from ..daemon.rank_worker import expected
-from ..daemon.ranks_env import RankedEnv
-from ..daemon.test_nodes import NODES, finished, part_refs
-from snapops.daemon.client import Snapshotter
-from snapops.daemon.lifecycle import PUSHED
-from snapops.formats.generation.load import rank_shards
-from snapops.formats.generation.write import rank_prefix
-
-
-def lfs_nodes(tmp_path, bare, giftless) -> dict[str, RankedEnv]:
-    envs = {}
-    for node, ranks in NODES.items():
-        root = tmp_path / node
-        root.mkdir()
-        if envs:  # every node seals with the run's keys
-            shutil.copytree(envs["a"].keys, root / "keys")
-        token = giftless.token_file(root, "write")
-        envs[node] = RankedEnv(
-            root, {"origin": str(bare)}, world=2, timeout=20, fmt="aero", shard_max="2KiB",
-            repo_extra=f'store = "lfs"\nlfs_url = "{giftless.url}"\n'
-                       f'lfs_token_file = "{token}"\nkeyframe_every = 4\n',
-            cluster=f'ranks = "{ranks}"\nnode = "{node}"\ncommitter = "a"\n')
-    return envs
+from ..daemon.test_nodes import three_generations, two_nodes
 
 
 def test_two_lfs_nodes_make_generations_whose_shards_are_all_in_the_lfs_store(tmp_path,
                                                                               giftless):
     bare = init_bare(tmp_path / "remote.git")
-    envs = lfs_nodes(tmp_path, bare, giftless)
-    for env in envs.values():
-        env.start()
-    snaps = {node: Snapshotter(envs[node].spool, rank=int(r), world_size=2, policy="block")
-             for node, r in NODES.items()}
-    try:
-        for gen in (1, 2, 3):
-            for node, rank in NODES.items():
-                snaps[node].request(rank_shards(expected(gen), int(rank), 2), gen)
-        envs["a"].wait(lambda: finished(envs["a"], 3), what="gen 3 on the committer")
-    finally:
-        for snap in snaps.values():
-            snap.close()
-    envs["a"].wait(lambda: not part_refs(bare), what="part refs swept")
+    token = giftless.token_file(tmp_path, "write")
+    envs = two_nodes(tmp_path, bare, fmt="aero", shard_max="2KiB",
+                     repo_extra=f'store = "lfs"\nlfs_url = "{giftless.url}"\n'
+                                f'lfs_token_file = "{token}"\nkeyframe_every = 4\n')
+    three_generations(envs, bare)
     state_b = envs["b"].state()
     assert all(state_b.gens[g].state == PUSHED for g in (1, 2, 3))
     for env in envs.values():
