@@ -1,7 +1,8 @@
 """Run giftless (a real Git LFS server) on 127.0.0.1, a free port, printed on the first line;
 for the LFS-store tests and ``snapops bench storage`` (giftless comes with the test extras).
 
-Usage: ``python -m snapops.bench.giftless STORAGE_DIR SECRET_FILE``. Local storage backend under
+Usage: ``python -m snapops.bench.giftless STORAGE_DIR SECRET_FILE``. Local storage backend
+(``giftless_storage``: downloads in 1 MiB blocks) under
 STORAGE_DIR (created first: giftless's own creation races between threads); JWT (HS256) auth
 with the secret from SECRET_FILE, for requests and for the pre-authorized action URLs.
 """
@@ -66,7 +67,7 @@ def main() -> None:
         "PRE_AUTHORIZED_ACTION_PROVIDER": jwt,
         "TRANSFER_ADAPTERS": {"basic": {
             "factory": "giftless.transfer.basic_streaming:factory",
-            "options": {"storage_class": "giftless.storage.local_storage:LocalStorage",
+            "options": {"storage_class": "snapops.bench.giftless_storage:BlockLocalStorage",
                         "storage_options": {"path": str(storage)}}}}})
     server = make_server("127.0.0.1", 0, app, threaded=True)
     print(server.port, flush=True)
