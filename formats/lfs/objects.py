@@ -20,6 +20,7 @@ import mmap
 import os
 import re
 import shutil
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,14 +33,19 @@ from snapops.formats.errors import FormatError, LfsError
 from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
     HEADER,
+    PlaneRun,
+    ResidualHeader,
     apply_planes,
+    decompress_planes,
+    plane_runs,
     read_header,
-    residual_planes,
 )
+from snapops.formats.limits import DEFAULT_LIMITS, check_declared
 
 from .client import LfsClient
 
-IN_FLIGHT = 2           # residuals decoded ahead of the one being applied
+IN_FLIGHT = 2           # residuals decoded at once, each into its own reused buffer
+SPARE_BUFFERS = 8       # shard-sized buffers kept between shards (two rebuilt at once)
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -64,6 +70,55 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class _Spares:
+    """Shard-sized byte buffers kept for the next shard to rebuild: fresh memory costs a page
+    fault and a zeroed page per 4 KiB, about as much as the XOR done in it. At most
+    ``SPARE_BUFFERS`` are kept."""
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> np.ndarray:
+        with self._lock:
+            fits = [i for i, a in enumerate(self._free) if len(a) >= n]
+            if fits:
+                return self._free.pop(min(fits, key=lambda i: len(self._free[i])))
+        return np.empty(n, np.uint8)
+
+    def give(self, *buffers: np.ndarray) -> None:
+        with self._lock:
+            self._free.extend(buffers)
+            self._free.sort(key=len)
+            del self._free[:-SPARE_BUFFERS]
+
+
+def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.ndarray],
+             path: str) -> Iterator[tuple[ResidualHeader, np.ndarray]]:
+    """Each residual's header and decompressed planes, in order, decoded ``len(buffers)`` at
+    a time on a thread pool, each into one of ``buffers`` (each at least as long as the
+    longest target): a yielded array is valid until the next one is asked for."""
+    def decode(blob: Path, head: ResidualHeader, out: np.ndarray) -> np.ndarray:
+        with open(blob, "rb") as f:
+            f.seek(HEADER.size)
+            return decompress_planes(f, head, out, path)
+
+    todo = deque(zip(blobs, heads))
+    pending: deque = deque()
+    with ThreadPoolExecutor(len(buffers), thread_name_prefix="lfs-residual") as pool:
+        def submit(out: np.ndarray) -> None:
+            if todo:
+                blob, head = todo.popleft()
+                pending.append((head, out, pool.submit(decode, blob, head, out)))
+
+        for out in buffers:
+            submit(out)
+        while pending:
+            head, out, planes = pending.popleft()
+            yield head, planes.result()
+            submit(out)
+
+
 class ObjectStore:
     def __init__(self, root: str | os.PathLike, client: LfsClient | None = None) -> None:
         self.root = Path(root)
@@ -71,6 +126,7 @@ class ObjectStore:
         self.client = client
         self.fetched = 0        # objects downloaded by this store
         self._hashed: dict[str, tuple[int, int, int, str]] = {}   # path -> stat, SHA-256
+        self._spares = _Spares()
 
     def path(self, sha: str) -> Path:
         if not _HEX64.fullmatch(sha or ""):
@@ -198,17 +254,24 @@ class ObjectStore:
         if not residuals:
             return first
         blobs = [self.fetch(r.object, r.object_size) for r in residuals]
-        self._check_links(start, residuals, blobs, path)
-        data = self._apply(first, blobs, [r.size for r in residuals], path)
-        self._enter(data, record, path)
+        heads = self._check_links(start, residuals, blobs, path)
+        longest = max([first.stat().st_size] + [h.target_length for h in heads])
+        check_declared("residual target", longest, DEFAULT_LIMITS, path)
+        buffers = [self._spares.take(longest) for _ in range(IN_FLIGHT + 2)]
+        try:
+            data = self._apply(first, blobs, heads, buffers, path)
+            self._enter(data, record, path)
+        finally:
+            self._spares.give(*buffers)
         return self.path(record.sha256)
 
     @staticmethod
     def _check_links(base: ShardRecord, residuals: list[ShardRecord], blobs: list[Path],
-                     path: str) -> None:
+                     path: str) -> list[ResidualHeader]:
         """Each residual's header names the shard before it as its base and its own record's
         shard as its target (by SHA-256 and length): the chain is consistent before any byte
-        is decoded."""
+        is decoded. The headers, in chain order."""
+        heads = []
         for record, blob in zip(residuals, blobs):
             with open(blob, "rb") as f:
                 head = read_header(f.read(HEADER.size), path, total=blob.stat().st_size)
@@ -220,40 +283,44 @@ class ObjectStore:
                 raise FormatError("residual names another target than the MANIFEST", path=path,
                                   check="lfs", expected=f"sha256={record.sha256}",
                                   got=f"sha256={head.target_sha256} (gen {record.gen})")
+            heads.append(head)
             base = record
+        return heads
 
     @staticmethod
-    def _apply(start: Path, blobs: list[Path], sizes: list[int], path: str) -> np.ndarray:
-        """The start shard's bytes with every residual applied in order (``sizes``: their
-        targets' lengths). XOR needs no intermediate shard, so only the final result is
-        checked (by :meth:`_enter`); the next residual is decompressed on a second core while
-        one is applied, at most ``IN_FLIGHT`` decoded residuals in memory."""
-        def planes(blob: Path):
-            return residual_planes(blob.read_bytes(), path=path)
-
-        with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="lfs-residual") as pool:
-            pending = deque(pool.submit(planes, b) for b in blobs[:IN_FLIGHT])
-            queued = blobs[IN_FLIGHT:]
-            length = start.stat().st_size
-            # one buffer as long as the longest shard of the chain: lengths differ by a few
-            # header bytes from generation to generation, and a copy per step would cost more
-            # than the XOR
-            data = np.empty(max([length] + sizes), np.uint8)
-            with open(start, "rb") as f:
-                if f.readinto(memoryview(data)[:length]) != length:
-                    raise FormatError("cached shard changed while read", path=path,
-                                      check="lfs", expected=f"{length} bytes", got="fewer")
-            while pending:
-                head, decoded = pending.popleft().result()
-                if queued:
-                    pending.append(pool.submit(planes, queued.pop(0)))
-                if head.target_length > length:
-                    data[length:head.target_length] = 0
-                length = head.target_length
-                apply_planes(data[:length], head, decoded)
-                del decoded
+    def _apply(start: Path, blobs: list[Path], heads: list[ResidualHeader],
+               buffers: list[np.ndarray], path: str) -> np.ndarray:
+        """The start shard's bytes with every residual applied in order, in ``buffers[0]``
+        (``buffers``: ``IN_FLIGHT + 2`` arrays, each as long as the longest shard of the
+        chain). XOR is associative, so no intermediate shard is built and only the final
+        result is checked (by :meth:`_enter`); consecutive residuals of about the same length
+        are combined in their byte-plane layout (in ``buffers[1]``) and unshuffled into the
+        shard once (:class:`PlaneRun`). The next residuals are decompressed on other cores,
+        each into one of the remaining buffers, while one is combined."""
+        data, scratch, decoding = buffers[0], buffers[1], buffers[2:]
+        length = start.stat().st_size
+        # lengths differ by a few header bytes from generation to generation: one buffer as
+        # long as the longest, grown in place, costs less than a copy per step
+        with open(start, "rb") as f:
+            if f.readinto(memoryview(data)[:length]) != length:
+                raise FormatError("cached shard changed while read", path=path,
+                                  check="lfs", expected=f"{length} bytes", got="fewer")
+        with contextlib.closing(_decoded(blobs, heads, decoding, path)) as decoded:
+            first = 0
+            for count, common in plane_runs(length, heads):
+                size, first = heads[first].itemsize, first + count
+                if common is None:
+                    head, planes = next(decoded)
+                    if head.target_length > length:
+                        data[length:head.target_length] = 0
+                    length = head.target_length
+                    apply_planes(data[:length], head, planes)
+                    continue
+                run = PlaneRun(data, length, itemsize=size, common=common, scratch=scratch)
+                for _ in range(count):
+                    run.add(*next(decoded))
+                length = run.finish(data)
         return data[:length]
-        return data
 
     def _enter(self, data: np.ndarray, record: ShardRecord, path: str) -> None:
         """Cache ``data`` as ``record``'s shard once its SHA-256 is the sealed one (hashed
