@@ -25,7 +25,12 @@ from typing import BinaryIO
 import numpy as np
 import zstandard as zstd
 from snapops.formats.errors import FormatError
-from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
+from snapops.formats.limits import (
+    DEFAULT_LIMITS,
+    DeclaredLimits,
+    check_declared,
+    zstd_decompressor,
+)
 
 MAGIC = b"SNRS"
 VERSION = 1
@@ -188,8 +193,8 @@ class PlaneRun:
     def add(self, head: ResidualHeader, planes: np.ndarray) -> None:
         """Fold in the next residual (its ``planes`` are read now, not kept)."""
         size, common = self.itemsize, self.common
-        if head.itemsize != size or head.target_length < common:
-            raise ValueError("residual outside this run")
+        if head.itemsize != size or not common <= head.target_length <= common + TAIL_MAX + 8:
+            raise ValueError("residual outside this run (see plane_runs)")
         n = head.target_length // size
         rows = planes[:n * size].reshape(size, n)[:, :common // size]
         if self.added:
@@ -279,8 +284,8 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
     try:
         declared = zstd.frame_content_size(first)
         if declared == length:
-            reader = zstd.ZstdDecompressor().stream_reader(source, read_size=1 << 20,
-                                                           closefd=False)
+            reader = zstd_decompressor().stream_reader(source, read_size=1 << 20,
+                                                       closefd=False)
             while got < length and (n := reader.readinto(planes[got:])):
                 got += n
             extra = reader.read(1)
