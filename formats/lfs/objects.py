@@ -24,11 +24,16 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
-from snapops.formats.atomic import atomic_write, atomic_write_bytes
+from snapops.formats.atomic import (
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_digest,
+    fsync_dir,
+)
 from snapops.formats.errors import FormatError, LfsError
 from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
@@ -168,6 +173,25 @@ class ObjectStore:
                 shutil.copyfile(src, tmp)
             os.replace(tmp, target)
         return sha, target.stat().st_size
+
+    def put_written(self, write: Callable[[BinaryIO], object],
+                    max_size: int | None = None) -> tuple[str, int] | None:
+        """Add the file ``write(f)`` produces (``f`` is seekable: a writer may patch a header
+        last); its (sha256, size), or None, and nothing added, when it came out larger than
+        ``max_size``. Written, fsync'd and hashed under a private name, then renamed to its
+        digest."""
+        incoming = self.root / f".incoming.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with atomic_write_digest(incoming, seekable=True) as f:
+                write(f)
+            if max_size is not None and f.size > max_size:
+                return None
+            sha = f.hexdigest()
+            os.replace(incoming, self.path(sha))
+        finally:
+            incoming.unlink(missing_ok=True)
+        fsync_dir(self.root)
+        return sha, f.size
 
     def put_bytes(self, data: bytes) -> tuple[str, int]:
         sha = hashlib.sha256(data).hexdigest()

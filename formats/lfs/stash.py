@@ -34,7 +34,7 @@ from pathlib import Path
 from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.manifest import Manifest, ShardRecord
-from snapops.formats.generation.residual import encode_residual
+from snapops.formats.generation.residual import write_residual
 
 from .client import LfsObject
 from .objects import ObjectStore, mapped
@@ -147,10 +147,12 @@ class LfsStash:
         if chosen is not None:
             number, base, kept = chosen
             with mapped(self.objects.path(base.sha256)) as old, mapped(full) as new:
-                blob = encode_residual(old, new, itemsize=itemsize,
-                                       base_sha256=base.sha256, target_sha256=sha)
-            if len(blob) <= RESIDUAL_MAX_SHARE * size:
-                oid, osize = self.objects.put_bytes(blob)
+                stored = self.objects.put_written(
+                    lambda f: write_residual(old, new, f, itemsize=itemsize,
+                                             base_sha256=base.sha256, target_sha256=sha),
+                    max_size=int(RESIDUAL_MAX_SHARE * size))
+            if stored is not None:
+                oid, osize = stored
                 encoding, base_gen = "res", base.gen
                 spine = kept + [SpineEntry(number, sha, size, record.gen)]
         self._set_spine(sha, spine)

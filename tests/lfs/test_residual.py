@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import zstandard as zstd
 from snapops.formats.errors import FormatError, LimitError
+from snapops.formats.generation import residual
 from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
     HEADER,
@@ -176,3 +177,38 @@ def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
     payload = zstd.ZstdCompressor(write_content_size=False).compress(b"\0" * 100)
     with pytest.raises(FormatError, match="does not hold its declared length"):
         decompress_planes(payload, ResidualHeader(4, 100, 0, "", "", 0), np.empty(100, np.uint8))
+
+
+@pytest.mark.parametrize("base_len,target_len", [(40_000, 40_000), (40_003, 40_000),
+                                                 (25_001, 40_002), (0, 40_001), (40_000, 3)])
+def test_planes_stream_in_chunks_as_the_layout_says(monkeypatch, base_len, target_len):
+    """Written a chunk at a time (small chunks here), a residual still holds the documented
+    layout (numpy's transpose of target XOR zero-padded base), decodes to its target, and is
+    the same bytes every time."""
+    monkeypatch.setattr(residual, "CHUNK_ITEMS", 1000)
+    rng = np.random.default_rng(base_len + target_len)
+    base = rng.integers(0, 256, base_len, dtype=np.uint8).tobytes()
+    target = rng.integers(0, 256, target_len, dtype=np.uint8).tobytes()
+    x = np.frombuffer(target, np.uint8).copy()
+    n = min(len(base), len(x))
+    x[:n] ^= np.frombuffer(base, np.uint8, count=n)
+    m = len(x) // 4 * 4
+    expected = np.concatenate([x[:m].reshape(-1, 4).T.ravel(), x[m:]])
+    assert xor_planes(base, target, 4).tobytes() == expected.tobytes()
+    blob = encode_residual(base, target, itemsize=4)
+    assert residual.residual_planes(blob)[1].tobytes() == expected.tobytes()
+    assert decode_residual(base, blob) == target
+    assert encode_residual(base, target, itemsize=4) == blob
+
+
+def test_a_residual_too_large_for_the_store_is_not_added(tmp_path):
+    store = ObjectStore(tmp_path / "cache")
+    rng = np.random.default_rng(3)
+    base, target = (rng.integers(0, 256, 10_000, dtype=np.uint8).tobytes() for _ in range(2))
+    write = lambda f: residual.write_residual(base, target, f, itemsize=4)  # noqa: E731
+    assert store.put_written(write, max_size=5_000) is None      # random bytes: no gain
+    assert [p.name for p in store.root.iterdir()] == []
+    sha, size = store.put_written(write)
+    assert store.path(sha).read_bytes() == encode_residual(base, target, itemsize=4)
+    assert hashlib.sha256(store.path(sha).read_bytes()).hexdigest() == sha
+    assert [p.name for p in store.root.iterdir()] == [sha] and size > 10_000
