@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 
-from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options
-
-
-@contextlib.contextmanager
-def progress_bar(desc: str) -> Iterator:
-    """A tqdm byte counter on stderr when it is a terminal; None otherwise."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False) as bar:
-        yield bar.update
+from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options, progress_bar
 
 
 def verify_fields(args) -> dict:
