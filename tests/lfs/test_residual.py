@@ -11,7 +11,6 @@ import pytest
 import zstandard as zstd
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
-from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
     HEADER,
     TAIL_MAX,
@@ -108,49 +107,6 @@ def test_payload_longer_than_declared_refused():
     with pytest.raises(FormatError, match="beyond its declared length"):
         decode_residual(base, head + payload)
     assert struct.calcsize("<4sBBHQQ32s32sQ") == HEADER.size == 96
-
-
-def _chain_records(tmp_path, shards, itemsizes):
-    """The shards as an LFS-store history in a local object cache: gen 1 a keyframe, each later
-    gen a residual against the one before; (store, records by gen)."""
-    store = ObjectStore(tmp_path / "cache")
-    records = {}
-    for gen, (data, size) in enumerate(zip(shards, itemsizes), start=1):
-        sha = hashlib.sha256(data).hexdigest()
-        if gen == 1:
-            oid, osize, enc, base = sha, len(data), "key", None
-            store.put_bytes(data)
-        else:
-            oid, osize = store.put_bytes(encode_residual(shards[gen - 2], data, itemsize=size))
-            enc, base = "res", gen - 1
-        records[gen] = ShardRecord("shards/0000.aero", "aero", len(data), sha, gen, "-",
-                                   object=oid, object_size=osize, encoding=enc, base=base)
-    (store.root / records[len(shards)].sha256).unlink(missing_ok=True)
-    return store, records
-
-
-@pytest.mark.parametrize("lengths,itemsizes", [
-    ([4000, 4003, 3998, 4001, 4001, 4010], [4] * 6),             # one run of five
-    ([4000, 4000, 4000, 4000], [2] * 4),
-    ([4000, 4003, 9000, 9004, 8999, 12, 15], [4] * 7),           # jumps start new runs
-    ([4000, 4001, 4002, 4005, 4003], [4, 4, 2, 2, 8]),           # the item size changes
-    ([7, 5, 9, 3], [4, 4, 4, 4]),                                # shorter than one item or two
-])
-def test_a_chain_restores_exactly_whatever_its_lengths(tmp_path, lengths, itemsizes):
-    rng = np.random.default_rng(len(lengths))
-    first = rng.integers(0, 256, max(lengths), dtype=np.uint8)
-    shards = []
-    for n in lengths:      # each a small change of the one before, so the runs really combine
-        first = first ^ (rng.random(len(first)) < 0.05).astype(np.uint8)
-        shards.append(first[:n].tobytes())
-    store, records = _chain_records(tmp_path, shards, itemsizes)
-    path = store.shard(records[len(shards)], records.get)
-    assert path.read_bytes() == shards[-1]
-    one_by_one = shards[0]
-    for gen in range(2, len(shards) + 1):
-        blob = store.path(records[gen].object).read_bytes()
-        one_by_one = decode_residual(one_by_one, blob)
-    assert one_by_one == shards[-1]
 
 
 def test_plane_runs_group_residuals_of_one_item_size_and_close_lengths():

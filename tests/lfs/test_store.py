@@ -12,7 +12,7 @@ import pytest
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import ShardRecord, parse_manifest
-from snapops.formats.generation.residual import encode_residual
+from snapops.formats.generation.residual import decode_residual, encode_residual
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import verify_generation
 from snapops.formats.generation.write import (
@@ -111,9 +111,10 @@ def test_object_missing_on_the_server_is_a_typed_failure(giftless, tmp_path):
     assert not report.ok and "LFS" in str(report.failure)
 
 
-def _chain(store, lengths, seed=3):
+def _chain(store, lengths, seed=3, itemsizes=None):
     """Server-less: shard files of the given lengths, gen 1 a keyframe and each later gen a
-    residual against the one before; (records by gen, the files' bytes)."""
+    residual against the one before (with ``itemsizes[gen - 1]``, default 4); (records by gen,
+    the files' bytes)."""
     rng = np.random.default_rng(seed)
     files = [rng.integers(0, 256, lengths[0], dtype=np.uint8).tobytes()]
     for length in lengths[1:]:
@@ -128,7 +129,9 @@ def _chain(store, lengths, seed=3):
             oid, size = store.put_bytes(data)
             extra = {"encoding": "key"}
         else:
-            oid, size = store.put_bytes(encode_residual(files[gen - 2], data, itemsize=4))
+            size_of_items = itemsizes[gen - 1] if itemsizes else 4
+            oid, size = store.put_bytes(encode_residual(files[gen - 2], data,
+                                                        itemsize=size_of_items))
             extra = {"encoding": "res", "base": gen - 1}
         records[gen] = ShardRecord("shards/0000.aero", "aero", len(data), sha, gen, "-",
                                    object=oid, object_size=size, **extra)
@@ -147,6 +150,37 @@ def test_a_residual_chain_of_changing_lengths_restores_exactly(tmp_path):
     assert {p.name for p in store.root.iterdir()} - before == {records[6].sha256}
     for gen in (2, 4, 5):
         assert store.shard(records[gen], records.get).read_bytes() == files[gen - 1]
+
+
+@pytest.mark.parametrize("lengths,itemsizes", [
+    ([4000, 4003, 3998, 4001, 4001, 4010], None),                # one run of five residuals
+    ([4000, 4000, 4000, 4000], [2] * 4),
+    ([4000, 4003, 9000, 9004, 8999, 12, 15], None),              # jumps start new runs
+    ([4000, 4001, 4002, 4005, 4003], [4, 4, 2, 2, 8]),           # the item size changes
+    ([7, 5, 9, 3], None),                                        # shorter than two items
+])
+def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsizes):
+    """However the residuals group into plane runs, the restored shard is the one that
+    decoding them one at a time gives."""
+    store = ObjectStore(tmp_path / "cache")
+    records, files = _chain(store, lengths, itemsizes=itemsizes)
+    assert store.shard(records[len(files)], records.get).read_bytes() == files[-1]
+    one_by_one = files[0]
+    for gen in range(2, len(files) + 1):
+        one_by_one = decode_residual(one_by_one, store.path(records[gen].object).read_bytes())
+    assert one_by_one == files[-1]
+
+
+def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_path):
+    store = ObjectStore(tmp_path / "cache")
+    records, _ = _chain(store, [40_000, 40_000, 40_000])
+    blob = store.path(records[3].object)
+    damaged = bytearray(blob.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x55
+    blob.write_bytes(bytes(damaged))
+    with pytest.raises(FormatError, match=r"\[residual(-digest)?\]"):
+        store.shard(records[3], records.get)
+    assert not store.has(records[3].sha256)
 
 
 def test_a_damaged_cached_base_fails_closed_and_caches_nothing(tmp_path):
