@@ -281,13 +281,43 @@ class ObjectStore:
         heads = self._check_links(start, residuals, blobs, path)
         longest = max([first.stat().st_size] + [h.target_length for h in heads])
         check_declared("residual target", longest, DEFAULT_LIMITS, path)
-        buffers = [self._spares.take(longest) for _ in range(IN_FLIGHT + 2)]
+        spares = [self._spares.take(longest) for _ in range(IN_FLIGHT + 1)]
         try:
-            data = self._apply(first, blobs, heads, buffers, path)
-            self._enter(data, record, path)
+            self._rebuild(first, blobs, heads, spares, record, longest, path)
         finally:
-            self._spares.give(*buffers)
+            self._spares.give(*spares)
+        self._remember(self.path(record.sha256), record.sha256)
         return self.path(record.sha256)
+
+    def _rebuild(self, first: Path, blobs: list[Path], heads: list[ResidualHeader],
+                 spares: list[np.ndarray], record: ShardRecord, longest: int, path: str) -> None:
+        """Apply the chain straight into the cache file's pages (a shared map of the temp
+        file: no second copy of the shard through ``write``), and put it in place only once
+        its SHA-256 is the sealed one."""
+        digest = ""
+
+        def check(_tmp: Path) -> None:
+            if digest != record.sha256:
+                raise FormatError(
+                    "residual chain does not reproduce its target: a cached object may be "
+                    f"damaged (remove the cache {self.root} and restore again)", path=path,
+                    check="residual-digest", expected=f"sha256={record.sha256}",
+                    got=f"sha256={digest}")
+
+        with atomic_write(self.path(record.sha256), before_replace=check) as out:
+            os.ftruncate(out.fileno(), longest)
+            pages = mmap.mmap(out.fileno(), longest)
+            try:
+                result = self._apply(first, blobs, heads,
+                                     [np.frombuffer(pages, np.uint8), *spares], path)
+                length, digest = len(result), hashlib.sha256(result).hexdigest()
+                del result
+            finally:
+                # after a failure the traceback may still hold views: the map then goes with
+                # them, and the error that matters is the one raised
+                with contextlib.suppress(BufferError):
+                    pages.close()
+            os.ftruncate(out.fileno(), length)
 
     @staticmethod
     def _check_links(base: ShardRecord, residuals: list[ShardRecord], blobs: list[Path],
@@ -317,7 +347,7 @@ class ObjectStore:
         """The start shard's bytes with every residual applied in order, in ``buffers[0]``
         (``buffers``: ``IN_FLIGHT + 2`` arrays, each as long as the longest shard of the
         chain). XOR is associative, so no intermediate shard is built and only the final
-        result is checked (by :meth:`_enter`); consecutive residuals of about the same length
+        result is checked (by :meth:`_rebuild`); consecutive residuals of about the same length
         are combined in their byte-plane layout (in ``buffers[1]``) and unshuffled into the
         shard once (:class:`PlaneRun`). The next residuals are decompressed on other cores,
         each into one of the remaining buffers, while one is combined."""
@@ -345,21 +375,3 @@ class ObjectStore:
                     run.add(*next(decoded))
                 length = run.finish(data)
         return data[:length]
-
-    def _enter(self, data: np.ndarray, record: ShardRecord, path: str) -> None:
-        """Cache ``data`` as ``record``'s shard once its SHA-256 is the sealed one (hashed
-        while the file is written; the rename waits for the check)."""
-        with ThreadPoolExecutor(1, thread_name_prefix="lfs-digest") as pool:
-            digest = pool.submit(lambda: hashlib.sha256(data).hexdigest())
-
-            def check(_tmp: Path) -> None:
-                if digest.result() != record.sha256:
-                    raise FormatError(
-                        "residual chain does not reproduce its target: a cached object may be "
-                        f"damaged (remove the cache {self.root} and restore again)", path=path,
-                        check="residual-digest", expected=f"sha256={record.sha256}",
-                        got=f"sha256={digest.result()}")
-
-            with atomic_write(self.path(record.sha256), before_replace=check) as out:
-                out.write(memoryview(data))
-        self._remember(self.path(record.sha256), record.sha256)

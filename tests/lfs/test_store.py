@@ -171,16 +171,22 @@ def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsiz
     assert one_by_one == files[-1]
 
 
-def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_path):
+@pytest.mark.parametrize("where,check", [(0.5, "residual-digest"), (0.9, "residual")])
+def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_path, where,
+                                                                          check):
+    """A flipped byte decodes to the wrong shard (refused by its digest) or is not valid zstd
+    (refused while decoding, into the cache file's mapped pages): either way nothing enters
+    the cache and no temp file is left."""
     store = ObjectStore(tmp_path / "cache")
     records, _ = _chain(store, [40_000, 40_000, 40_000])
     blob = store.path(records[3].object)
     damaged = bytearray(blob.read_bytes())
-    damaged[len(damaged) // 2] ^= 0x55
+    damaged[int(len(damaged) * where)] ^= 0x55
     blob.write_bytes(bytes(damaged))
-    with pytest.raises(FormatError, match=r"\[residual(-digest)?\]"):
+    with pytest.raises(FormatError, match=rf"\[{check}\]"):
         store.shard(records[3], records.get)
     assert not store.has(records[3].sha256)
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
 
 
 def test_a_damaged_cached_base_fails_closed_and_caches_nothing(tmp_path):
