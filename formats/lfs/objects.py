@@ -306,17 +306,18 @@ class ObjectStore:
 
         with atomic_write(self.path(record.sha256), before_replace=check) as out:
             os.ftruncate(out.fileno(), longest)
-            pages = mmap.mmap(out.fileno(), longest)
+            pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
             try:
-                result = self._apply(first, blobs, heads,
-                                     [np.frombuffer(pages, np.uint8), *spares], path)
+                data = np.empty(0, np.uint8) if pages is None else np.frombuffer(pages, np.uint8)
+                result = self._apply(first, blobs, heads, [data, *spares], path)
                 length, digest = len(result), hashlib.sha256(result).hexdigest()
-                del result
+                del data, result
             finally:
                 # after a failure the traceback may still hold views: the map then goes with
                 # them, and the error that matters is the one raised
                 with contextlib.suppress(BufferError):
-                    pages.close()
+                    if pages is not None:
+                        pages.close()
             os.ftruncate(out.fileno(), length)
 
     @staticmethod
