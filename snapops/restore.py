@@ -72,7 +72,8 @@ Progress = Callable[[int], object]
 def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None = None,
                     rev: str | None = None, verify: bool = True, progress: Progress | None = None,
                     lfs_url: str | None = None, lfs_token_file: str | os.PathLike | None = None,
-                    lfs_cache: str | os.PathLike | None = None, **options: Any) -> Snapshot:
+                    lfs_cache: str | os.PathLike | None = None,
+                    lfs_progress: Progress | None = None, **options: Any) -> Snapshot:
     """Generation ``gen`` of ``run`` (its tag ``<run>/gen-NNNNNN``), or the one at ``rev``, or
     the newest on the default branch, from a local repository or a URL (a shallow fetch of
     just that commit). Verified as a whole unless ``verify=False``; RestoreFailed when it does
@@ -83,7 +84,8 @@ def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None
     from their keyframes and residuals, downloading exactly the LFS objects of this
     generation's chains (``meta["lfs_fetched"]`` counts them) from ``lfs_url`` (default: the
     tree's ``.lfsconfig``, else derived from the remote URL) with the bearer token in
-    ``lfs_token_file``, through ``lfs_cache`` (default: a temporary folder). From a URL this
+    ``lfs_token_file``, through ``lfs_cache`` (default: a temporary folder);
+    ``lfs_progress(nbytes)`` is called as the objects' bytes arrive. From a URL this
     also fetches, each at depth 1, the tags of the older generations the chains start from
     (for their MANIFESTs) and the default branch's commit (for the retention record); a
     generation pruned by retention is a RestoreFailed with that reason; an LFS endpoint that
@@ -91,7 +93,7 @@ def load_generation(repo_or_url: str | os.PathLike, run: str, *, gen: int | None
     (redacted); a malformed retention record a FormatError. See :mod:`snapops.restore_lfs`."""
     opts = generation_options(**options)
     check_run(run)
-    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache)
+    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache, lfs_progress)
     with open_repository(repo_or_url) as repo:
         return _load(repo, LfsAccess(repo, settings), run, gen, rev, verify, opts, progress)
 
@@ -100,6 +102,7 @@ def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = 
                     progress: Progress | None = None, lfs_url: str | None = None,
                     lfs_token_file: str | os.PathLike | None = None,
                     lfs_cache: str | os.PathLike | None = None,
+                    lfs_progress: Progress | None = None,
                     **options: Any) -> tuple[Snapshot, list[tuple[int, str]]]:
     """The newest generation of ``run`` (by its tags) that verifies, and ``(gen, reason)`` for
     each newer one skipped (one pruned by retention: that reason); RestoreFailed (with
@@ -107,7 +110,7 @@ def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = 
     opts = generation_options(**options)
     check_run(run)
     skipped: list[tuple[int, str]] = []
-    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache)
+    settings = LfsSettings(lfs_url, lfs_token_file, lfs_cache, lfs_progress)
     with open_repository(repo_or_url) as repo:
         lfs = LfsAccess(repo, settings)
         gens = repo.generations(run)

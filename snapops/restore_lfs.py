@@ -27,6 +27,7 @@ import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import Callable
 
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import ConfigError, FormatError
@@ -48,11 +49,13 @@ from .remote import Repository
 class LfsSettings:
     """``lfs_url``: the endpoint (default: the tree's ``.lfsconfig``, else derived from the
     remote URL); ``lfs_token_file``: a bearer token, one line; ``lfs_cache``: a folder kept
-    for later restores (default: a private temporary folder)."""
+    for later restores (default: a private temporary folder); ``progress(nbytes)`` as the
+    objects' bytes arrive."""
 
     url: str | None = None
     token_file: str | os.PathLike | None = None
     cache: str | os.PathLike | None = None
+    progress: Callable[[int], object] | None = None     # bytes of LFS objects downloaded
 
 
 class LfsAccess:
@@ -108,7 +111,8 @@ class LfsAccess:
                               ".lfsconfig url in the tree, or an http(s) remote to derive it from")
         key = url or ""
         if key not in self._stores:
-            client = open_client(url, self.token, origin) if url else None
+            client = open_client(url, self.token, origin, self.settings.progress) \
+                if url else None
             if self._root is None:
                 self._root = os.fspath(self.settings.cache) if self.settings.cache else \
                     tempfile.mkdtemp(prefix="lfs-", dir=self.repo.work)

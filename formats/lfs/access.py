@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Callable
 
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import ConfigError, GitError, LfsError
@@ -90,11 +91,12 @@ def choose_endpoint(given: str | None, lfsconfig: bytes | None,
     return None, "none"
 
 
-def open_client(url: str, token: str | None, origin: str) -> LfsClient:
-    """An LFS client for ``url``; ConfigError (URL redacted, where it came from) for one that
-    is not http(s)."""
+def open_client(url: str, token: str | None, origin: str,
+                progress: Callable[[int], object] | None = None) -> LfsClient:
+    """An LFS client for ``url`` (``progress``: as :class:`LfsClient` takes it); ConfigError
+    (URL redacted, where it came from) for one that is not http(s)."""
     try:
-        return LfsClient(url, token)
+        return LfsClient(url, token, progress=progress)
     except LfsError:
         raise ConfigError(f"LFS endpoint {redact_url(url)[:200]!r} ({origin}): expected an "
                           "http(s):// Git LFS endpoint (.../info/lfs)") from None

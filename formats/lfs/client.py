@@ -66,12 +66,17 @@ def lfs_url_for(remote_url: str) -> str:
 
 
 class LfsClient:
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,
+                 progress: Callable[[int], object] | None = None) -> None:
+        """``progress(nbytes)`` is called as downloaded bytes arrive (from several threads,
+        one call at a time)."""
         if not url.startswith(("http://", "https://")):
             raise LfsError(f"LFS url must be http(s): {redact_url(url)!r}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.progress = progress
+        self._progress_lock = threading.Lock()
         self.uploaded = 0      # objects sent by this client (PUT)
         self.skipped = 0       # objects the server already had
         self.batch_failure: LfsError | None = None   # the endpoint failed, not one object
@@ -166,6 +171,9 @@ class LfsClient:
                         raise LfsError(f"LFS object {oid}: server sent more than {size} bytes")
                     h.update(block)
                     out.write(block)
+                    if self.progress is not None:
+                        with self._progress_lock:
+                            self.progress(len(block))
                 out.flush()
                 os.fsync(out.fileno())
             if got != size or h.hexdigest() != oid:

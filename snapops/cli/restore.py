@@ -24,13 +24,17 @@ def run(args) -> int:
     fields = verify_fields(args)
     skipped: list[tuple[int, str]] = []
     try:
-        with progress_bar("restore") as progress:
+        # two bars: LFS objects as they download (a generation's chains come first, in one
+        # go), then the generation's files as they are rebuilt and checked
+        with progress_bar("lfs objects") as lfs_progress, progress_bar("restore") as progress:
             if args.latest_verified:
                 snap, skipped = latest_verified(args.repo, args.run, verify=not args.no_verify,
-                                                progress=progress, **fields)
+                                                progress=progress, lfs_progress=lfs_progress,
+                                                **fields)
             else:
                 snap = load_generation(args.repo, args.run, gen=args.gen, rev=args.rev,
-                                       verify=not args.no_verify, progress=progress, **fields)
+                                       verify=not args.no_verify, progress=progress,
+                                       lfs_progress=lfs_progress, **fields)
     except RestoreFailed as exc:
         for gen, reason in exc.skipped:
             print(f"snapops restore: skipped gen {gen}: {reason}", file=sys.stderr)

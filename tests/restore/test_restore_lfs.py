@@ -130,8 +130,14 @@ def test_python_api_from_url_and_local_bare_repository(remote, tmp_path, monkeyp
     assert snap.meta["gen"] == GENS and skipped == [] and snap.meta["lfs_fetched"] == 4
     assert list(scratch.iterdir()) == []        # private repository and object cache removed
     cache = tmp_path / "cache"
-    snap = snapops.load_generation(bare, RUN, gen=4, lfs_token_file=token, lfs_cache=cache)
+    arrived: list[int] = []
+    snap = snapops.load_generation(bare, RUN, gen=4, lfs_token_file=token, lfs_cache=cache,
+                                   lfs_progress=arrived.append)
     assert snap.meta["lfs_fetched"] == 6 and snap["b"].tobytes() == weights(4)["b"].tobytes()
+    manifests = remote.manifests()
+    sizes = {s.object: s.object_size for m in manifests.values() for s in m.shards}
+    chains = set().union(*(chain_objects(manifests, 4, s) for s in manifests[4].shards))
+    assert sum(arrived) == sum(sizes[oid] for oid in chains)     # every downloaded byte told
     again = snapops.load_generation(f"file://{bare}", RUN, gen=3, lfs_token_file=token,
                                     lfs_cache=cache, lfs_url=remote.lfs.url)
     assert again.meta["lfs_fetched"] == 0       # its whole chain (gens 3 and 1) is cached
