@@ -2,9 +2,9 @@
 for the LFS-store tests and ``snapops bench storage`` (giftless comes with the test extras).
 
 Usage: ``python -m snapops.bench.giftless STORAGE_DIR SECRET_FILE``. Local storage backend
-(``giftless_storage``: downloads in 1 MiB blocks) under
-STORAGE_DIR (created first: giftless's own creation races between threads); JWT (HS256) auth
-with the secret from SECRET_FILE, for requests and for the pre-authorized action URLs.
+(``giftless_storage``: downloads in 1 MiB blocks) under STORAGE_DIR (created first: giftless's
+own creation races between threads); JWT (HS256) auth with the secret from SECRET_FILE, for
+requests and for the pre-authorized action URLs.
 """
 
 import contextlib
