@@ -95,7 +95,8 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
 
 def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack):
     """``source`` with its LFS-store shards restored from the LFS server (``--lfs-url``, or
-    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp)."""
+    the ``.lfsconfig`` the tree carries) through a cache folder (``--lfs-cache`` or a temp),
+    the downloads counted on a progress bar when stderr is a terminal."""
     from snapops.formats.lfs.access import (
         MAX_LFSCONFIG,
         choose_endpoint,
@@ -113,7 +114,9 @@ def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack)
     url, origin = choose_endpoint(args.lfs_url, lfsconfig, None)
     if url is None:
         raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
-    client = open_client(url, read_token(args.lfs_token_file, "--lfs-token-file"), origin)
+    downloaded = stack.enter_context(progress_bar("lfs objects", enabled=not args.json))
+    client = open_client(url, read_token(args.lfs_token_file, "--lfs-token-file"), origin,
+                         downloaded)
     cache = args.lfs_cache or stack.enter_context(
         tempfile.TemporaryDirectory(prefix="snapops-lfs-"))
     return LfsSource(source, run, ObjectStore(cache, client),
