@@ -57,29 +57,18 @@ class ResidualHeader:
     payload_length: int
 
 
-def xor_planes(base: bytes | memoryview, target: bytes | memoryview,
-               itemsize: int) -> np.ndarray:
-    """The byte planes of ``target`` XOR ``base`` (a shorter base counts as zeros, a longer
-    one is cut): all first bytes of each ``itemsize`` item, then all second bytes, ...; a tail
-    shorter than one item stays at the end.
-
-    >>> xor_planes(bytes(9), bytes(range(9)), 4).tolist()
-    [0, 4, 1, 5, 2, 6, 3, 7, 8]
-    """
-    out = np.empty(len(target), np.uint8)
-    at = 0
-    for chunk in _plane_chunks(base, target, itemsize):
-        out[at:at + len(chunk)] = chunk
-        at += len(chunk)
-    return out
-
-
 def _plane_chunks(base: bytes | memoryview, target: bytes | memoryview,
                   itemsize: int) -> Iterator[np.ndarray]:
-    """The bytes of :func:`xor_planes` in order, at most ``CHUNK_ITEMS`` at a time (a yielded
+    """The byte planes of ``target`` XOR ``base`` (a shorter base counts as zeros, a longer
+    one is cut: all first bytes of each ``itemsize`` item, then all second bytes, ...; a tail
+    shorter than one item at the end), at most ``CHUNK_ITEMS`` bytes at a time (a yielded
     array is valid until the next one is asked for): per plane, one XOR of the two files'
     strided bytes per chunk of items, so neither file is copied (strided inputs in 1 Mi-item
-    chunks run faster here than a whole-file XOR followed by a strided copy per plane)."""
+    chunks run faster here than a whole-file XOR followed by a strided copy per plane).
+
+    >>> [int(x) for c in _plane_chunks(bytes(9), bytes(range(9)), 4) for x in c]
+    [0, 4, 1, 5, 2, 6, 3, 7, 8]
+    """
     t, b = np.frombuffer(target, np.uint8), np.frombuffer(base, np.uint8)
     items = len(t) // itemsize
     whole = items * itemsize

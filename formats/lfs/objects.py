@@ -30,7 +30,6 @@ import numpy as np
 
 from snapops.formats.atomic import (
     atomic_write,
-    atomic_write_bytes,
     atomic_write_digest,
     fsync_dir,
 )
@@ -192,12 +191,6 @@ class ObjectStore:
             incoming.unlink(missing_ok=True)
         fsync_dir(self.root)
         return sha, f.size
-
-    def put_bytes(self, data: bytes) -> tuple[str, int]:
-        sha = hashlib.sha256(data).hexdigest()
-        if not self.path(sha).exists():
-            atomic_write_bytes(self.path(sha), data)
-        return sha, len(data)
 
     def fetch(self, oid: str, size: int) -> Path:
         """Object ``oid`` from the cache, or downloaded (checked by size and SHA-256)."""

@@ -21,10 +21,14 @@ from snapops.formats.generation.residual import (
     encode_residual,
     plane_runs,
     read_header,
-    xor_planes,
 )
 from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.limits import DeclaredLimits
+
+
+def _planes(base: bytes, target: bytes) -> np.ndarray:
+    """The byte planes a residual (item size 4) stores, decompressed."""
+    return residual.residual_planes(encode_residual(base, target, itemsize=4))[1]
 
 
 def _pair(dtype, n=50_000, step=1e-3, seed=0):
@@ -58,7 +62,7 @@ def test_lengths_that_differ_and_odd_tails(grow):
 
 def test_shuffle_is_byte_planes():
     data = np.arange(10, dtype=np.uint8)
-    planes = xor_planes(bytes(10), data.tobytes(), 4)      # XOR a zero base: the data
+    planes = _planes(bytes(10), data.tobytes())          # XOR a zero base: the data
     assert planes.tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9]
     head = ResidualHeader(4, len(data), len(data), "", "", 0)
     assert apply_planes(np.zeros(10, np.uint8), head, planes).tolist() == data.tolist()
@@ -128,7 +132,7 @@ def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
         stream.seek(HEADER.size)
         planes = decompress_planes(stream, head, out)
     assert planes.base is out or planes.base is out.base
-    assert planes.tobytes() == xor_planes(base, target, 4).tobytes()
+    assert planes.tobytes() == _planes(base, target).tobytes()
     assert out[head.target_length:].tolist() == [7] * 10          # nothing past the planes
     payload = zstd.ZstdCompressor(write_content_size=False).compress(b"\0" * 100)
     with pytest.raises(FormatError, match="does not hold its declared length"):
@@ -150,7 +154,6 @@ def test_planes_stream_in_chunks_as_the_layout_says(monkeypatch, base_len, targe
     x[:n] ^= np.frombuffer(base, np.uint8, count=n)
     m = len(x) // 4 * 4
     expected = np.concatenate([x[:m].reshape(-1, 4).T.ravel(), x[m:]])
-    assert xor_planes(base, target, 4).tobytes() == expected.tobytes()
     blob = encode_residual(base, target, itemsize=4)
     assert residual.residual_planes(blob)[1].tobytes() == expected.tobytes()
     assert decode_residual(base, blob) == target

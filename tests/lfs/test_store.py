@@ -126,12 +126,12 @@ def _chain(store, lengths, seed=3, itemsizes=None):
     for gen, data in enumerate(files, start=1):
         sha = hashlib.sha256(data).hexdigest()
         if gen == 1:
-            oid, size = store.put_bytes(data)
+            oid, size = store.put_written(lambda f: f.write(data))
             extra = {"encoding": "key"}
         else:
             size_of_items = itemsizes[gen - 1] if itemsizes else 4
-            oid, size = store.put_bytes(encode_residual(files[gen - 2], data,
-                                                        itemsize=size_of_items))
+            blob = encode_residual(files[gen - 2], data, itemsize=size_of_items)
+            oid, size = store.put_written(lambda f: f.write(blob))
             extra = {"encoding": "res", "base": gen - 1}
         records[gen] = ShardRecord("shards/0000.aero", "aero", len(data), sha, gen, "-",
                                    object=oid, object_size=size, **extra)
