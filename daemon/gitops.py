@@ -1,8 +1,9 @@
 """The snapshot repository: commit a generation atomically, tag it, push it to remotes.
 
 Every write runs the real ``git`` through :func:`snapops.formats.gitcmd.run_git` (its own
-process group, killed with the daemon; stall detection for pushes); nothing is written by a
-reimplementation, so what lands in the repository is exactly what ``git`` itself would write.
+process group, killed with the daemon; stall detection for pushes). Apart from the delta packs
+below, nothing is written by a reimplementation, so what lands in the repository is exactly
+what ``git`` itself would write.
 Reads of the repository's own objects, refs and config (the last MANIFEST, tags, commit
 messages, the identity) go through gitpython's object database, which keeps one ``git cat-file
 --batch`` process open instead of starting a git process per question.
@@ -21,6 +22,11 @@ A crash or error before step 4 leaves only unreachable objects (``git gc`` remov
 same call repeated later starts again from step 1. If the tag exists, the call returns its commit
 without committing again; if the branch tip already is this generation's commit but the tag is
 missing (a crash inside step 4), the tip is tagged instead of committing twice.
+
+Before step 1, sparsely changed large shards may be stored as git deltas of their versions at
+the tip (:meth:`SnapshotRepo.pack_deltas`, :mod:`snapops.daemon.deltapack`): the one place
+where the daemon writes objects itself, a pack and its index in git's own format, checked
+against git in tests and read back through git before step 2 stages them by object id.
 
 A push sends chosen generations only: the branch goes to the newest of them (not to the tip),
 with their tags, in one ``--atomic`` push, so a backlog is sent oldest first in pieces that each
@@ -42,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 import git
 
@@ -50,6 +56,7 @@ from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
 from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
+from .deltapack import DeltaPack, tracked_blobs, write_delta_pack
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
@@ -287,12 +294,15 @@ class SnapshotRepo:
 
     # -- commit ------------------------------------------------------------------------------
 
-    def commit_generation(self, paths: Iterable[str], message: str, tag: str) -> str:
+    def commit_generation(self, paths: Iterable[str], message: str, tag: str, *,
+                          stored: Mapping[str, str] | None = None) -> str:
         """Commit exactly ``paths`` on the branch, tag it ``tag`` (annotated); return the sha.
 
         Paths are relative POSIX paths in the work tree; a path that no longer exists is
         committed as a removal. Nothing changed: an empty commit (each generation has its
         commit and tag). ``tag`` already present: its commit is returned, nothing is written.
+        ``stored`` maps paths to the object ids of blobs already stored with exactly the
+        work-tree file's bytes (:meth:`pack_deltas`): staged by id, not hashed again.
         Any failure raises GitError and leaves branch and tags as they were.
 
         Example::
@@ -315,7 +325,7 @@ class SnapshotRepo:
             started = time.time()
             try:
                 self._reset_index(parent)
-                self._stage(rels)
+                self._stage(rels, stored or {})
                 return self._write_commit_and_tag(parent, message, tag)
             except GitError as err:
                 if isinstance(err.__cause__, GitExit) and err.__cause__.killed:
@@ -324,6 +334,40 @@ class SnapshotRepo:
                     self._remove_locks(self._our_locks(tag), newer_than=started - 1.0)
                 self._restore_index(parent)
                 raise
+
+    def pack_deltas(self, paths: Iterable[str]) -> DeltaPack | None:
+        """Before committing ``paths``: store those large work-tree files that changed sparsely
+        since the branch tip as git deltas of their versions there, so that the commit's
+        ``git add`` finds them stored and a push sends the changed bytes only (see
+        :mod:`snapops.daemon.deltapack`). Returns what was packed, or None (nothing
+        qualified). GitError on failure: nothing is lost, the commit stores them whole.
+
+        Example::
+
+            repo.pack_deltas(["snapshots/run1/shards/0000.wtxt"]).paths
+            # -> ('snapshots/run1/shards/0000.wtxt',)
+        """
+        rels = [self._check_path(p) for p in paths]
+        with self._lock:
+            tip = self.head_commit()
+            if tip is None or not rels:
+                return None
+            listed = self._run("ls-tree", "-r", "-z", "--full-tree", tip, raw=True,
+                               what="ls-tree")
+            tracked = tracked_blobs(listed, rels)
+            level = self._run("config", "--int", "pack.compression", check=False)
+            try:
+                packed = write_delta_pack(self.git_dir, self.path, tracked,
+                                          cat_blob=self._cat_blob,
+                                          level=int(level) if level else -1)
+            except OSError as err:
+                raise GitError(f"{self.path}: cannot write a delta pack: {err}") from err
+            if packed is not None:  # the bases' loose copies, if they were loose
+                self._run("prune-packed", "-q", what="prune-packed")
+            return packed
+
+    def _cat_blob(self, oid: str, out: BinaryIO) -> None:
+        self._result("cat-file", "blob", oid, stdout=out, what=f"cat-file blob {oid}")
 
     def _our_locks(self, tag: str) -> list[Path]:
         gitdir = self.git_dir
@@ -378,9 +422,14 @@ class SnapshotRepo:
         except GitError:
             pass  # the next commit resets the index first anyway
 
-    def _stage(self, rels: list[str]) -> None:
+    def _stage(self, rels: list[str], stored: Mapping[str, str]) -> None:
         present = [r for r in rels if os.path.lexists(self.path / r)]
         missing = [r for r in rels if r not in present]
+        known = [r for r in present if r in stored]
+        present = [r for r in present if r not in stored]
+        if known:
+            self._run("update-index", "--add", "-z", "--index-info", what="update-index",
+                      data=b"".join(f"100644 {stored[r]}\t{r}\0".encode() for r in known))
         if present:
             self._run("add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul",
                       data=b"\0".join(r.encode() for r in present), env=_LITERAL,
@@ -585,7 +634,9 @@ class SnapshotRepo:
             self._run("reflog", "expire", "--expire=now", "--all", what="reflog expire")
             self._run("prune", "--expire=now", what="prune")
             if self._object_counts().get("packs", "0") != "0":
-                self._run("repack", "-a", "-d", "-q", what="repack")
+                # No new delta search (git's runs at ~15 MB/s, under the commit lock): the
+                # delta packs' deltas are kept where their bases are, the rest stored whole.
+                self._run("repack", "-a", "-d", "-q", "--window=0", what="repack")
             return {"before": before, "after": self._object_bytes()}
 
     def _shallow(self) -> list[str]:
