@@ -11,7 +11,9 @@ generation after the first as a ratio to the raw bytes, request-to-pushed per ge
 fresh ``git clone`` of the run (pointers only for LFS), and the restore of the newest
 generation, everything verified, in MB/s of raw bytes (LFS: ``restore_MBps`` with the objects
 in the local cache, the keyframe and residual chain applied; ``restore_cold_MBps`` fetching
-them into an empty cache first, bound by the LFS server's download speed). The git store writes WTXT (its default); the LFS store AERO.
+them into an empty cache first, bound by the LFS server's download speed). The git store
+writes WTXT (its default); the LFS store AERO. The bare remote is configured as ``snapops hooks
+install`` configures one (``receive.fsckObjects``, ``core.looseCompression 0``), without hooks.
 
     snapops bench storage --size 128MiB --gens 30 --json
 """
@@ -33,6 +35,7 @@ from snapops.daemon.client import WAL_NAME, Snapshotter
 from snapops.daemon.lifecycle import DROPPED, PUSHED
 from snapops.daemon.wal import WalReader
 from snapops.formats.gitcmd import run_git
+from snapops.hooks.install import SERVER_CONFIG
 
 from ._measure import fmt_bytes, machine, model_state
 
@@ -136,6 +139,8 @@ def run_one(folder: Path, store: str, regime: str, size: int, gens: int) -> dict
 
     folder.mkdir(parents=True)
     run_git(["init", "-q", "--bare", "-b", "main", str(folder / "remote.git")])
+    for key, (value, _why) in SERVER_CONFIG.items():  # as `snapops hooks install` sets it
+        run_git(["config", key, value], cwd=folder / "remote.git")
     with (serving(folder, SECRET) if store == "lfs" else _nothing()) as lfs_url:
         token_file = None
         if store == "lfs":

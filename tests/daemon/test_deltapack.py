@@ -263,3 +263,38 @@ def test_daemon_stores_sparse_shards_as_deltas_and_the_remote_gets_them_exactly(
     previous = {git("rev-parse", f"t/gen-000002:{s}", cwd=env.repo) for s in shards}
     assert set(check) & previous, "a gen-3 shard is stored as a delta of its gen-2 version"
 
+
+
+def test_cutting_history_keeps_every_kept_generation_readable(tmp_path):
+    """Maintenance drops old generations: a kept shard whose delta base goes is stored whole."""
+    remote = init_bare(tmp_path / "remote.git")
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        sparse_generations(repo, 4, push_to=remote)
+        kept = {gen: {i: git_bytes("cat-file", "blob", f"t/gen-{gen:06d}:shards/{i:04d}.wtxt",
+                                   cwd=repo.path) for i in range(3)} for gen in (3, 4)}
+        sizes = repo.forget_history(repo.tag_commit("t/gen-000003"),
+                                    ["t/gen-000001", "t/gen-000002"])
+        assert sizes is not None and sizes["after"] < sizes["before"]
+        git("fsck", "--strict", cwd=repo.path)
+        for gen, shards in kept.items():
+            for i, data in shards.items():
+                assert git_bytes("cat-file", "blob", f"t/gen-{gen:06d}:shards/{i:04d}.wtxt",
+                                 cwd=repo.path) == data
+        # and the next sparse generation still goes as deltas
+        pushes = sparse_generations_after(repo, remote, gen=5)
+    assert any("(delta 3)" in line and "reused 3" in line for line in pushes)
+
+
+def sparse_generations_after(repo: SnapshotRepo, remote: Path, gen: int) -> list[str]:
+    names = [f"shards/{i:04d}.wtxt" for i in range(3)]
+    for name in names:
+        data = bytearray((repo.path / name).read_bytes())
+        data[40_000:40_100] = b"A" * 100
+        (repo.path / name).write_bytes(bytes(data))
+    packed = repo.pack_deltas(names)
+    assert packed is not None and len(packed.paths) == 3
+    repo.commit_generation(names, f"gen {gen}", f"t/gen-{gen:06d}",
+                           stored=dict(zip(packed.paths, packed.oids)))
+    lines: list[str] = []
+    repo.push(str(remote), [f"t/gen-{gen:06d}"], on_line=lines.append)
+    return lines
