@@ -40,12 +40,15 @@ from snapops.formats.errors import GitError
 
 from .gitpack import PackWriter, git_delta, index_bytes
 
-__all__ = ["MIN_SIZE", "DeltaPack", "Tracked", "tracked_blobs", "write_delta_pack"]
+__all__ = ["CONVERSIONS", "MIN_SIZE", "DeltaPack", "Tracked", "converted", "tracked_blobs",
+           "write_delta_pack"]
 
 MIN_SIZE = 1 << 20      # smaller blobs: git's own delta search is quick enough
 LITERAL_SHARE = 0.25    # a delta whose literal bytes pass this share of the blob: not worth it
 WORKERS = 2             # shards compared at once (numpy and hashlib release the GIL)
 HELD_MAX = 128 << 20    # bytes of deltas held in memory before they are written as a pack
+# attributes under which `git add` would store other bytes than the file's
+CONVERSIONS = ("filter", "text", "eol", "ident", "working-tree-encoding")
 INCOMING = "snapops-incoming.pack"   # git lists only *.idx with a *.pack: never seen by git
 
 
@@ -79,6 +82,15 @@ def tracked_blobs(ls_tree_z: bytes, paths: Iterable[str]) -> list[Tracked]:
         if len(parts) == 3 and parts[0] == "100644" and parts[1] == "blob" and name in wanted:
             out.append(Tracked(name, parts[2]))
     return out
+
+
+def converted(check_attr_z: bytes) -> set[str]:
+    """The paths that ``git check-attr -z`` output (of :data:`CONVERSIONS`) gives a
+    conversion: staged by ``git add`` only, never by their bytes' id."""
+    fields = check_attr_z.split(b"\0")
+    return {path.decode("utf-8", "surrogateescape")
+            for path, _attr, value in zip(fields[0::3], fields[1::3], fields[2::3])
+            if value not in (b"unspecified", b"unset")}
 
 
 def _blob_sha1(data) -> str:

@@ -56,7 +56,7 @@ from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
 from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
-from .deltapack import DeltaPack, tracked_blobs, write_delta_pack
+from .deltapack import CONVERSIONS, DeltaPack, converted, tracked_blobs, write_delta_pack
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
@@ -354,7 +354,11 @@ class SnapshotRepo:
                 return None
             listed = self._run("ls-tree", "-r", "-z", "--full-tree", tip, raw=True,
                                what="ls-tree")
-            tracked = tracked_blobs(listed, rels)
+            attrs = self._run("check-attr", "-z", "--stdin", *CONVERSIONS, raw=True,
+                              data=b"\0".join(r.encode() for r in rels) + b"\0",
+                              what="check-attr")
+            plain = set(rels) - converted(attrs)
+            tracked = tracked_blobs(listed, plain)
             level = self._run("config", "--int", "pack.compression", check=False)
             try:
                 packed = write_delta_pack(self.git_dir, self.path, tracked,

@@ -198,6 +198,14 @@ def test_small_unchanged_dense_or_linked_files_are_left_to_git(tmp_path):
         (repo.path / "linked").symlink_to(tmp_path / "elsewhere")   # never followed
         assert repo.pack_deltas(list(files)) is None
         assert not list((repo.path / ".git/objects/pack").glob("*.pack"))
+        # a file git add would convert (a filter, text/eol, ident, an encoding) is left to it
+        (repo.path / "linked").unlink()
+        (repo.path / "linked").write_bytes(bytes(sparse))
+        for attrs in ("linked filter=lfs", "linked text eol=crlf", "linked ident"):
+            (repo.path / ".gitattributes").write_text(attrs + "\n")
+            assert repo.pack_deltas(list(files)) is None, attrs
+        (repo.path / ".gitattributes").write_text("linked -text -delta\n")
+        assert repo.pack_deltas(list(files)).paths == ("linked",)
 
 
 def test_a_pack_git_reads_back_wrong_is_removed_and_nothing_is_lost(tmp_path, monkeypatch):
