@@ -124,6 +124,23 @@ timeout = 20.0
         finally:
             self.kill()
 
+    def kill_cycles(self, rng, cycles: int, request, pause: tuple[float, float]) -> None:
+        """``cycles`` times: start the daemon, ``request(client)``, SIGKILL it after a random
+        pause; then start it once more, wait until everything is pushed and stop it with
+        SIGTERM (exit 0). The daemon is killed whatever happens."""
+        try:
+            for _ in range(cycles):
+                self.start()
+                with self.client(max_in_flight=2) as client:
+                    request(client)
+                time.sleep(rng.uniform(*pause))
+                self.kill()
+            self.start()
+            self.wait(self.all_pushed, what="recovery after SIGKILLs")
+            assert self.terminate() == 0
+        finally:
+            self.kill()
+
     def all_pushed(self) -> bool:
         state = self.state()
         pending = [g for g in state.gens.values() if g.state != DROPPED

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import random
-import time
 import re
 import subprocess
 from pathlib import Path
@@ -314,37 +313,23 @@ def test_a_daemon_killed_while_packing_recovers_exactly(tmp_path):
     """SIGKILL at random points of sparse generations (serialize, delta pack, commit, push):
     after a restart every committed generation is on the remote bit-exact, once, and both
     repositories pass ``fsck --strict``."""
-    from snapops.daemon.lifecycle import PUSHED
-    from tests.daemon.test_service import pushed_counts, verify_remote
+    from tests.daemon.test_service import assert_recovered_exactly
 
     rng = random.Random(7)
     bare = init_bare(tmp_path / "remote.git")
     env = DaemonEnv(tmp_path, {"origin": str(bare)}, shard_max="4MiB")
     weights = np.random.default_rng(2).standard_normal((1024, 1024)).astype(np.float32)
-    expected, gen = {}, 0
-    try:
-        for _cycle in range(3):
-            env.start()
-            with env.client(max_in_flight=2) as client:
-                for _ in range(2):
-                    gen += 1
-                    weights[rng.sample(range(1024), 10)] += np.float32(0.5)
-                    expected[gen] = {"w": weights.copy(), "step": np.array(gen, np.int64)}
-                    client.request(expected[gen], gen)
-            time.sleep(rng.uniform(0.5, 2.5))
-            env.kill()
-        env.start()
-        env.wait(env.all_pushed, what="recovery after SIGKILLs")
-        assert env.terminate() == 0
-    finally:
-        env.kill()
-    state = env.state()
-    assert all(state.gens[g].state == PUSHED or state.gens[g].fields.get("reason") == "coalesced"
-               for g in expected)
-    committed = sorted(g for g in expected if state.gens[g].state == PUSHED)
-    tags = verify_remote(env, str(bare), tmp_path, expected)
-    assert [int(t.rsplit("-", 1)[1]) for t in tags] == committed
-    assert set(pushed_counts(env).values()) == {1}
+    expected = {}
+
+    def request(client):
+        for _ in range(2):
+            gen = len(expected) + 1
+            weights[rng.sample(range(1024), 10)] += np.float32(0.5)
+            expected[gen] = {"w": weights.copy(), "step": np.array(gen, np.int64)}
+            client.request(expected[gen], gen)
+
+    env.kill_cycles(rng, 3, request, pause=(0.5, 2.5))
+    assert_recovered_exactly(env, bare, tmp_path, expected)
     git("fsck", "--strict", cwd=env.repo)
     git("fsck", "--strict", cwd=bare)
     assert "stored as deltas" in env.log.read_text()

@@ -122,32 +122,33 @@ def test_sigkill_at_random_points_recovers_exactly(tmp_path, block):
     bare = init_bare(tmp_path / "remote.git")
     env = DaemonEnv(tmp_path, {"origin": str(bare)})
     expected = {}
-    gen = 0
-    try:
-        for cycle in range(5):
-            env.start()
-            with env.client(max_in_flight=2) as client:
-                for _ in range(rng.randint(1, 3)):
-                    gen += 1
-                    expected[gen] = state_for(gen)
-                    client.request(expected[gen], gen)
-            time.sleep(rng.uniform(0.0, 1.5))
-            env.kill()
-        env.start()
-        env.wait(env.all_pushed, what="recovery after SIGKILLs")
-        assert env.terminate() == 0
-    finally:
-        env.kill()
+
+    def request(client):
+        for _ in range(rng.randint(1, 3)):
+            gen = len(expected) + 1
+            expected[gen] = state_for(gen)
+            client.request(expected[gen], gen)
+
+    env.kill_cycles(rng, 5, request, pause=(0.0, 1.5))
+    committed = assert_recovered_exactly(env, bare, tmp_path, expected)
+    assert int(git("rev-list", "--count", "main", cwd=bare)) == len(committed)
+
+
+def assert_recovered_exactly(env: DaemonEnv, bare: Path, tmp_path, expected: dict[int, dict]
+                             ) -> list[int]:
+    """Every requested generation is pushed or was coalesced; the remote holds exactly the
+    pushed ones, each verified and equal to what was requested, each pushed once. Returns
+    the pushed generations."""
     state = env.state()
     for g in expected:
         record = state.gens[g]
         assert record.state == PUSHED or (record.state == DROPPED
                                           and record.fields["reason"] == "coalesced"), record
-    committed = {g for g in expected if state.gens[g].state == PUSHED}
+    committed = sorted(g for g in expected if state.gens[g].state == PUSHED)
     tags = verify_remote(env, str(bare), tmp_path, expected)
-    assert [int(t.rsplit("-", 1)[1]) for t in tags] == sorted(committed)
+    assert [int(t.rsplit("-", 1)[1]) for t in tags] == committed
     assert set(pushed_counts(env).values()) == {1}
-    assert int(git("rev-list", "--count", "main", cwd=bare)) == len(committed)
+    return committed
 
 
 def _mount_tmpfs(path, size: str) -> None:
