@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import stat
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ __all__ = ["CONVERSIONS", "MIN_SIZE", "DeltaPack", "Tracked", "converted", "trac
 MIN_SIZE = 1 << 20      # smaller blobs: git's own delta search is quick enough
 LITERAL_SHARE = 0.25    # a delta whose literal bytes pass this share of the blob: not worth it
 WORKERS = 2             # shards compared at once (numpy and hashlib release the GIL)
-HELD_MAX = 128 << 20    # bytes of deltas held in memory before they are written as a pack
+HELD_MAX = 64 << 20     # bytes of deltas held in memory before they are written as a pack
 # attributes under which `git add` would store other bytes than the file's
 CONVERSIONS = ("filter", "text", "eol", "ident", "working-tree-encoding")
 INCOMING = "snapops-incoming.pack"   # git lists only *.idx with a *.pack: never seen by git
@@ -126,10 +127,14 @@ class _Prepared:
 def _prepare(tracked: Tracked, worktree: Path, scratch: Path,
              cat_blob: Callable[[str, BinaryIO], None]) -> _Prepared | None:
     """The delta of a large work-tree file that changed sparsely since ``tracked``; else None."""
-    try:  # the daemon's own file; a link put there is not followed
-        target_file = os.fdopen(os.open(worktree / tracked.path,
-                                        os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+    try:  # the daemon's own file; a link, a folder or a FIFO put there is not read
+        fd = os.open(worktree / tracked.path,
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
+        return None
+    target_file = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        target_file.close()
         return None
     with target_file, _mapped(target_file) as target:
         if len(target) < MIN_SIZE:

@@ -7,6 +7,7 @@ deltas of the previous generation's."""
 from __future__ import annotations
 
 import base64
+import os
 import random
 import re
 import subprocess
@@ -197,6 +198,9 @@ def test_small_unchanged_dense_or_linked_files_are_left_to_git(tmp_path):
         (tmp_path / "elsewhere").write_bytes(bytes(sparse))
         (repo.path / "linked").unlink()
         (repo.path / "linked").symlink_to(tmp_path / "elsewhere")   # never followed
+        assert repo.pack_deltas(list(files)) is None
+        (repo.path / "linked").unlink()
+        os.mkfifo(repo.path / "linked")                              # never waited on
         assert repo.pack_deltas(list(files)) is None
         assert not list((repo.path / ".git/objects/pack").glob("*.pack"))
         # a file git add would convert (a filter, text/eol, ident, an encoding) is left to it
