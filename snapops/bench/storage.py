@@ -72,9 +72,10 @@ def _du(*folders: Path) -> int:
                if p.is_file() and not p.is_symlink())
 
 
-def _config(folder: Path, store: str, lfs_url: str | None, token_file: Path | None) -> Path:
+def _config(folder: Path, store: str, lfs_url: str | None, token_file: Path | None,
+            keyframe_every: int = KEYFRAME_EVERY) -> Path:
     lfs = (f'store = "lfs"\nlfs_url = "{lfs_url}"\nlfs_token_file = "{token_file}"\n'
-           f"keyframe_every = {KEYFRAME_EVERY}\n") if store == "lfs" else ""
+           f"keyframe_every = {keyframe_every}\n") if store == "lfs" else ""
     config = folder / "snapops.toml"
     config.write_text(f"""[daemon]\npoll_interval = 0.2\n[snapshot]\nrun = "bench"
 format = "{FORMAT[store]}"\n[repo]\npath = "repo"\n{lfs}[[repo.remote]]\nname = "origin"
@@ -134,7 +135,8 @@ def _restore(folder: Path, store: str, lfs_url: str | None, secret: str) -> dict
     return out
 
 
-def run_one(folder: Path, store: str, regime: str, size: int, gens: int) -> dict:
+def run_one(folder: Path, store: str, regime: str, size: int, gens: int,
+            keyframe_every: int = KEYFRAME_EVERY) -> dict:
     from .giftless import serving, token
 
     folder.mkdir(parents=True)
@@ -146,7 +148,7 @@ def run_one(folder: Path, store: str, regime: str, size: int, gens: int) -> dict
         if store == "lfs":
             token_file = folder / "lfs.token"
             token_file.write_text(token(SECRET, "write") + "\n")
-        config = _config(folder, store, lfs_url, token_file)
+        config = _config(folder, store, lfs_url, token_file, keyframe_every)
         log = open(folder / "daemon.log", "ab")
         daemon = subprocess.Popen([sys.executable, "-m", "snapops", "daemon", "run", "--config",
                                    str(config)], stdout=log, stderr=log)
@@ -194,7 +196,8 @@ class _nothing:
 
 
 def run_storage(size: int, workdir: str | None = None, gens: int = 30,
-                regimes: list[str] | None = None, stores: list[str] | None = None) -> dict:
+                regimes: list[str] | None = None, stores: list[str] | None = None,
+                keyframe_every: int = KEYFRAME_EVERY) -> dict:
     keep = workdir is not None
     root = Path(workdir) if keep else Path(tempfile.mkdtemp(prefix="snapops-bench-storage-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -205,13 +208,13 @@ def run_storage(size: int, workdir: str | None = None, gens: int = 30,
             for store in stores or STORES:
                 folder = Path(tempfile.mkdtemp(prefix=f"{store}-{regime}-", dir=root))
                 shutil.rmtree(folder)
-                runs.append(run_one(folder, store, regime, size, gens))
+                runs.append(run_one(folder, store, regime, size, gens, keyframe_every))
                 if not keep:
                     shutil.rmtree(folder, ignore_errors=True)
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-    return {"raw_bytes_per_gen": raw, "gens": gens, "keyframe_every": KEYFRAME_EVERY,
+    return {"raw_bytes_per_gen": raw, "gens": gens, "keyframe_every": keyframe_every,
             "machine": machine(), "runs": runs}
 
 

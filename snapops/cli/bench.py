@@ -130,7 +130,10 @@ SUITES = [
                             "choices": ["dense_f32", "dense_bf16", "sparse_f32"],
                             "help": "only these regimes (repeatable; default all)"}),
            (("--store",), {"action": "append", "dest": "stores", "choices": ["git", "lfs"],
-                           "help": "only these stores (repeatable; default both)"}))),
+                           "help": "only these stores (repeatable; default both)"}),
+           (("--keyframe-every",), {"type": int, "default": 8, "metavar": "K",
+                                    "help": "the LFS store's keyframe_every (default 8): a "
+                                            "restore applies at most K-1 residuals"}))),
 ]
 
 
