@@ -125,7 +125,8 @@ class _Prepared:
 
 
 def _prepare(tracked: Tracked, worktree: Path, scratch: Path,
-             cat_blob: Callable[[str, BinaryIO], None]) -> _Prepared | None:
+             cat_blob: Callable[[str, BinaryIO], None],
+             has_object: Callable[[str], bool]) -> _Prepared | None:
     """The delta of a large work-tree file that changed sparsely since ``tracked``; else None."""
     try:  # the daemon's own file; a link, a folder or a FIFO put there is not read
         fd = os.open(worktree / tracked.path,
@@ -140,8 +141,8 @@ def _prepare(tracked: Tracked, worktree: Path, scratch: Path,
         if len(target) < MIN_SIZE:
             return None
         new = _blob_sha1(target)
-        if new == tracked.oid:
-            return None
+        if new == tracked.oid or has_object(new):
+            return None  # unchanged, or stored already (a retried commit): nothing to gain
         base_file = tempfile.TemporaryFile(dir=scratch)
         try:
             cat_blob(tracked.oid, base_file)
@@ -157,14 +158,15 @@ def _prepare(tracked: Tracked, worktree: Path, scratch: Path,
 
 
 def write_delta_pack(git_dir: Path, worktree: Path, tracked: list[Tracked], *,
-                     cat_blob: Callable[[str, BinaryIO], None], level: int = 0
-                     ) -> DeltaPack | None:
+                     cat_blob: Callable[[str, BinaryIO], None],
+                     has_object: Callable[[str], bool], level: int = 0) -> DeltaPack | None:
     """Pack the work-tree files of ``tracked`` that changed sparsely as deltas of their
     tracked versions (see the module's docstring); None when none qualifies. One pack per
     :data:`HELD_MAX` bytes of deltas, so memory stays bounded whatever the state's size.
-    ``cat_blob(oid, file)`` writes a blob to a file through git; ``level``: the zlib level of
-    the whole blobs. Raises GitError or OSError; a pack git does not read back exactly is
-    removed (earlier ones were read back and stay)."""
+    ``cat_blob(oid, file)`` writes a blob to a file through git, ``has_object(oid)`` says
+    whether git has it (then git reads that copy, not ours: it is not packed again);
+    ``level``: the zlib level of the whole blobs. Raises GitError or OSError; a pack git
+    does not read back exactly is removed (earlier ones were read back and stay)."""
     pack_dir = git_dir / "objects" / "pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
     done: list[_Prepared] = []
@@ -173,8 +175,8 @@ def write_delta_pack(git_dir: Path, worktree: Path, tracked: list[Tracked], *,
     seen: set[str] = set()
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="snapops-delta") as pool:
         try:
-            for p in _in_order(pool, lambda t: _prepare(t, worktree, git_dir, cat_blob),
-                               tracked):
+            for p in _in_order(pool, lambda t: _prepare(t, worktree, git_dir, cat_blob,
+                                                        has_object), tracked):
                 if p is None:
                     continue
                 if {p.old, p.new} & seen:  # a pack holds each object once

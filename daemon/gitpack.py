@@ -24,7 +24,7 @@ Example::
         pack.add_blob(old_oid, old_bytes)
         pack.add_delta(new_oid, old_oid, delta)
         pack_sha = pack.finish()
-    write_index(idx_file.write, pack.entries, pack_sha)
+    idx_file.write(index_bytes(pack.entries, pack_sha))
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["BLOCK", "IndexEntry", "PackWriter", "git_delta", "index_bytes", "write_index"]
+__all__ = ["BLOCK", "IndexEntry", "PackWriter", "git_delta", "index_bytes"]
 
 BLOCK = 512                  # bytes compared as one unit: a changed WTXT row is ~5 KiB of text
 COPY_MAX = 1 << 23           # one copy instruction's size (the format allows up to 2**24 - 1)
@@ -247,8 +247,3 @@ def index_bytes(entries: list[IndexEntry], pack_sha: bytes) -> bytes:
         np.array(small, ">u4").tobytes(), np.array(large, ">u8").tobytes(), pack_sha])
     return body + hashlib.sha1(body).digest()
 
-
-def write_index(write: Callable[[bytes], object], entries: list[IndexEntry],
-                pack_sha: bytes) -> None:
-    """Write the index of a pack (see :func:`index_bytes`) through ``write``."""
-    write(index_bytes(entries, pack_sha))

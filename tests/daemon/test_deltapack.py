@@ -213,6 +213,22 @@ def test_small_unchanged_dense_or_linked_files_are_left_to_git(tmp_path):
         assert repo.pack_deltas(list(files)).paths == ("linked",)
 
 
+def test_a_blob_git_already_has_is_not_packed_again(tmp_path):
+    """Git would read its own copy, never ours: nothing to check, nothing to gain."""
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        first = np.random.default_rng(9).bytes(2 << 20)
+        changed = bytearray(first)
+        changed[1000] ^= 1
+        for gen, data in enumerate([first, bytes(changed), first], start=1):
+            (repo.path / "x").write_bytes(data)
+            packed = repo.pack_deltas(["x"])
+            assert (packed is not None) == (gen == 2)
+            repo.commit_generation(["x"], f"gen {gen}", f"t/gen-{gen:06d}",
+                                   stored=dict(zip(packed.paths, packed.oids)) if packed else {})
+        assert git_bytes("cat-file", "blob", "HEAD:x", cwd=repo.path) == first
+        git("fsck", "--strict", cwd=repo.path)
+
+
 def test_a_pack_git_reads_back_wrong_is_removed_and_nothing_is_lost(tmp_path, monkeypatch):
     """Were a delta wrong, git would read other bytes back: the pack goes, and the commit
     stores the file whole as usual."""
@@ -234,7 +250,8 @@ def test_a_pack_git_reads_back_wrong_is_removed_and_nothing_is_lost(tmp_path, mo
                 out.flush()
 
         with pytest.raises(GitError, match="git read other bytes back for shards/0000.wtxt"):
-            write_delta_pack(repo.git_dir, repo.path, tracked, cat_blob=cat_blob)
+            write_delta_pack(repo.git_dir, repo.path, tracked, cat_blob=cat_blob,
+                             has_object=repo._has_object)
         assert not [p for p in (repo.git_dir / "objects/pack").iterdir()
                     if p.suffix in (".pack", ".idx")]
         repo.commit_generation(["shards/0000.wtxt"], "gen 2", "t/gen-000002")
