@@ -428,6 +428,10 @@ class Daemon:
             log.warning("gen %d: shards not stored as deltas (the push sends them whole): %s",
                         gen, exc)
             return {}
+        except Exception:  # an optimisation: never the reason a generation fails
+            log.exception("gen %d: shards not stored as deltas (the push sends them whole)",
+                          gen)
+            return {}
         if packed is None:
             return {}
         log.info("gen %d: %d shard(s) stored as deltas, %d of %d bytes, in %.2f s", gen,
