@@ -1,13 +1,13 @@
 """Sparse pushes: before a generation is committed, its sparsely changed shards are stored
-as git deltas of their versions at the branch tip, in a pack of the work repository, so
-``git add`` finds them stored and ``git push`` sends the deltas.
+as git deltas of their versions at the branch tip, in a pack of the work repository; the
+commit stages them by object id and ``git push`` sends the deltas.
 
 Without this, pushing a 1%-rows change of a 128 MiB WTXT state cost git's delta search over
 every rewritten shard twice (search, then again while writing: deltas over 64 KiB are never
 cached), 16-23 s. Here each shard is compared with its previous version in 512-byte blocks
 (:func:`snapops.daemon.gitpack.git_delta`), and one pack holds, per shard, the old blob whole
 (a delta's base must be in the same pack) and the new blob as a delta. ``git push`` reuses
-those deltas (``Total 8 (delta 4), reused 4 (delta 4)``) and sends the changed bytes.
+those deltas (``Total 7 (delta 4), reused 4 (delta 4)``) and sends the changed bytes.
 
 Order of writes: the pack (temp file, fsync, rename to ``pack-<sha>.pack``), its index
 (atomic), then every new blob is read back through git: it must hash to its object id, else
