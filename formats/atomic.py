@@ -231,6 +231,30 @@ def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
             digesting.close()
 
 
+@contextlib.contextmanager
+def mapped(source: str | os.PathLike | BinaryIO) -> Iterator[bytes | memoryview]:
+    """The bytes of a file (a path, or an open binary file such as an unlinked temp file)
+    without a copy: a read-only map (an empty file cannot be mapped: ``b""``). No view of it
+    may outlive the block.
+
+    Example::
+
+        with mapped("shard.aero") as data:
+            head = bytes(data[:8])
+    """
+    with (open(source, "rb") if isinstance(source, (str, os.PathLike))
+          else contextlib.nullcontext(source)) as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+            view = memoryview(whole)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
 def remove_leftover_temps(folder: str | os.PathLike, *, target: str | None = None,
                           recursive: bool = False) -> list[Path]:
     """Remove the temp files that killed writers left in ``folder`` (of ``target`` only, if

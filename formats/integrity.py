@@ -23,9 +23,23 @@ def file_sha256(path) -> str:
     """SHA-256 of a file's bytes, read in 4 MiB pieces (for checking a file someone else
     wrote; writers get their digest while writing, see ``atomic_write_digest``)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while piece := f.read(1 << 22):
-            h.update(piece)
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(4 << 20)        # one buffer, refilled: no allocation per piece
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])          # hashlib releases the GIL
+    return h.hexdigest()
+
+
+def git_blob_id(data, *, algorithm: str = "sha1") -> str:
+    """Git's object id of a blob holding ``data`` (a buffer): the hash of ``blob <size>\\0``
+    and the bytes, SHA-1 (or ``"sha256"`` for a SHA-256 repository) as hex.
+
+    >>> git_blob_id(b"")
+    'e69de29bb2d1d6434b8b29ae775ad8c2e48c5391'
+    """
+    h = hashlib.new(algorithm, b"blob %d\0" % len(data))
+    h.update(data)
     return h.hexdigest()
 
 

@@ -17,14 +17,15 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
+from snapops.formats.atomic import mapped
 from snapops.formats.errors import FormatError, LimitError
+from snapops.formats.integrity import git_blob_id
 
 DEFAULT_MAX_BLOB = 4 << 30
 READ_BLOCK = 1 << 20
@@ -255,11 +256,9 @@ def _holds_blob(candidate: Path, entry: Entry) -> bool:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size != entry.size:
             return False
-        h = hashlib.new("sha256" if len(entry.oid or "") == 64 else "sha1")
-        h.update(b"blob %d\0" % info.st_size)
-        while block := f.read(4 * READ_BLOCK):
-            h.update(block)
-    return h.hexdigest() == entry.oid
+        with mapped(f) as data:
+            return git_blob_id(data, algorithm="sha256" if len(entry.oid or "") == 64
+                               else "sha1") == entry.oid
 
 
 def _copy(stream, out, limit: int) -> None:

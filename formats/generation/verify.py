@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from snapops.formats.errors import FormatError, LfsError, SnapopsError
+from snapops.formats.integrity import file_sha256
 from snapops.formats.ledger import check_link, iter_lines
 from snapops.formats.report import Report
 
@@ -290,17 +291,6 @@ def _check_file_digest(local: Path, path: str, size: int, sha256: str,
     if got != sha256:
         raise FormatError("file bytes do not match the MANIFEST digest", path=path,
                           check="digest", expected=f"sha256={sha256}", got=f"sha256={got}")
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file read in 4 MiB blocks (hashlib releases the GIL)."""
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(4 << 20)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def check_shard(source: Source, folder: str, manifest: Manifest, shard: ShardRecord, wsum,

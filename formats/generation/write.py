@@ -36,6 +36,7 @@ from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.contract import WriteResult
 from snapops.formats.dtypes import DTYPES, dtype_name, unsigned_for
 from snapops.formats.errors import DataError, FormatError
+from snapops.formats.integrity import file_sha256
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
 
@@ -48,7 +49,7 @@ from .plan import (
 )
 from .seal import seal_manifest
 from .stats import Partial, combine, finish, partial_stats
-from .verify import AGE_SUFFIX, file_sha256
+from .verify import AGE_SUFFIX
 
 log = logging.getLogger("snapops.generation")
 

@@ -34,6 +34,7 @@ from snapops.formats.atomic import (
     fsync_dir,
 )
 from snapops.formats.errors import FormatError, LfsError
+from snapops.formats.integrity import file_sha256
 from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
     HEADER,
@@ -52,26 +53,6 @@ IN_FLIGHT = 2           # residuals decoded at once, each into its own reused bu
 SPARE_BUFFERS = 8       # shard-sized buffers kept between shards (two rebuilt at once)
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@contextlib.contextmanager
-def mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
-    """The bytes of ``path`` without a copy (a read-only map; empty files cannot be mapped).
-    No view of it may outlive the block."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield b""
-            return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            yield view
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(4 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Spares:

@@ -31,13 +31,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.atomic import atomic_write_bytes, mapped
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.manifest import Manifest, ShardRecord
 from snapops.formats.generation.residual import write_residual
 
 from .client import LfsObject
-from .objects import ObjectStore, mapped
+from .objects import ObjectStore
 from .pointer import render_pointer
 
 RESIDUAL_MAX_SHARE = 0.9

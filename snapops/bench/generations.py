@@ -114,7 +114,7 @@ class Bench:
         return sorted(p for p in (self.repo / "snapshots" / RUN / "shards").iterdir())
 
     def floors(self) -> dict:
-        from snapops.formats.generation.verify import file_sha256
+        from snapops.formats.integrity import file_sha256
         from snapops.formats.registry import handler
 
         chosen = handler(self.fmt)

@@ -18,7 +18,8 @@ from snapops.formats.errors import FormatError
 from snapops.formats.generation import parse_manifest, seal_manifest
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.source import FolderSource, GitTreeSource, safe_relpath
-from snapops.formats.generation.verify import GenerationOptions, file_sha256, verify_generation
+from snapops.formats.generation.verify import GenerationOptions, verify_generation
+from snapops.formats.integrity import file_sha256
 from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
 from snapops.formats.keys import generate_keys, load_hmac_key
 from snapops.hooks.gitio import Git

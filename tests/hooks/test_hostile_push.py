@@ -17,7 +17,7 @@ import pytest
 
 from snapops import save
 from snapops.formats.generation import parse_manifest, seal_manifest
-from snapops.formats.generation.verify import file_sha256
+from snapops.formats.integrity import file_sha256
 from snapops.formats.generation.write import Written, seal_in_ledger
 from snapops.formats.keys import generate_keys
 
