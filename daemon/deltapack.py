@@ -25,9 +25,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import contextlib
-import hashlib
-import mmap
 import os
 import stat
 import tempfile
@@ -36,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
 
-from snapops.formats.atomic import atomic_write, atomic_write_bytes, fsync_dir
+from snapops.formats.atomic import atomic_write, atomic_write_bytes, fsync_dir, mapped
 from snapops.formats.errors import GitError
+from snapops.formats.integrity import git_blob_id
 
 from .gitpack import PackWriter, git_delta, index_bytes
 
@@ -65,7 +63,6 @@ class Tracked:
 class DeltaPack:
     """What :func:`write_delta_pack` stored."""
 
-    names: tuple[str, ...]     # pack-<sha> of each pack written
     paths: tuple[str, ...]     # shards now stored as deltas
     oids: tuple[str, ...]      # their blobs' object ids (read back through git)
     delta_bytes: int           # their deltas, before zlib
@@ -94,26 +91,6 @@ def converted(check_attr_z: bytes) -> set[str]:
             if value not in (b"unspecified", b"unset")}
 
 
-def _blob_sha1(data) -> str:
-    sha = hashlib.sha1(b"blob %d\0" % len(data))
-    sha.update(data)
-    return sha.hexdigest()
-
-
-@contextlib.contextmanager
-def _mapped(handle: BinaryIO) -> Iterator[memoryview | bytes]:
-    size = os.fstat(handle.fileno()).st_size
-    if size == 0:
-        yield b""
-        return
-    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
-        try:
-            yield view
-        finally:
-            view.release()
-
-
 @dataclass
 class _Prepared:
     path: str
@@ -137,16 +114,16 @@ def _prepare(tracked: Tracked, worktree: Path, scratch: Path,
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         target_file.close()
         return None
-    with target_file, _mapped(target_file) as target:
+    with target_file, mapped(target_file) as target:
         if len(target) < MIN_SIZE:
             return None
-        new = _blob_sha1(target)
+        new = git_blob_id(target)
         if new == tracked.oid or has_object(new):
             return None  # unchanged, or stored already (a retried commit): nothing to gain
         base_file = tempfile.TemporaryFile(dir=scratch)
         try:
             cat_blob(tracked.oid, base_file)
-            with _mapped(base_file) as base:
+            with mapped(base_file) as base:
                 delta = git_delta(base, target, int(len(target) * LITERAL_SHARE))
         except BaseException:
             base_file.close()
@@ -170,7 +147,6 @@ def write_delta_pack(git_dir: Path, worktree: Path, tracked: list[Tracked], *,
     pack_dir = git_dir / "objects" / "pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
     done: list[_Prepared] = []
-    names: list[str] = []
     batch: list[_Prepared] = []
     seen: set[str] = set()
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="snapops-delta") as pool:
@@ -185,18 +161,18 @@ def write_delta_pack(git_dir: Path, worktree: Path, tracked: list[Tracked], *,
                 seen |= {p.old, p.new}
                 batch.append(p)
                 if sum(len(q.delta) for q in batch) >= HELD_MAX:
-                    names.append(_pack_batch(pack_dir, batch, level, pool, cat_blob))
+                    _pack_batch(git_dir, batch, level, pool, cat_blob)
                     done += batch
                     batch = []
             if batch:
-                names.append(_pack_batch(pack_dir, batch, level, pool, cat_blob))
+                _pack_batch(git_dir, batch, level, pool, cat_blob)
                 done += batch
         finally:
             for p in batch:
                 p.base.close()
     if not done:
         return None
-    return DeltaPack(tuple(names), tuple(p.path for p in done), tuple(p.new for p in done),
+    return DeltaPack(tuple(p.path for p in done), tuple(p.new for p in done),
                      sum(len(p.delta) for p in done), sum(p.size for p in done))
 
 
@@ -217,23 +193,22 @@ def _in_order(pool: ThreadPoolExecutor, work: Callable, items: list) -> Iterator
                 future.result().base.close()
 
 
-def _pack_batch(pack_dir: Path, batch: list[_Prepared], level: int,
-                pool: ThreadPoolExecutor, cat_blob: Callable[[str, BinaryIO], None]) -> str:
-    """Write one pack of ``batch``, read its new blobs back through git; its name."""
+def _pack_batch(git_dir: Path, batch: list[_Prepared], level: int,
+                pool: ThreadPoolExecutor, cat_blob: Callable[[str, BinaryIO], None]) -> None:
+    """Write one pack of ``batch`` and read its new blobs back through git."""
+    pack_dir = git_dir / "objects" / "pack"
     try:
         name = _install(pack_dir, batch, level)
     finally:
         for p in batch:
             p.base.close()
-    scratch = pack_dir.parent.parent
-    checks = list(pool.map(lambda p: _reads_back(p, scratch, cat_blob), batch))
+    checks = list(pool.map(lambda p: _reads_back(p, git_dir, cat_blob), batch))
     wrong = [p.path for p, ok in zip(batch, checks) if not ok]
     if wrong:
         for suffix in (".idx", ".pack"):
             (pack_dir / f"{name}{suffix}").unlink(missing_ok=True)
-        raise GitError(f"{scratch}: delta pack {name} removed again: git read other bytes "
+        raise GitError(f"{git_dir}: delta pack {name} removed again: git read other bytes "
                        f"back for {', '.join(wrong)} (the files are stored whole instead)")
-    return name
 
 
 def _install(pack_dir: Path, prepared: list[_Prepared], level: int) -> str:
@@ -242,7 +217,7 @@ def _install(pack_dir: Path, prepared: list[_Prepared], level: int) -> str:
     with atomic_write(incoming) as out:
         pack = PackWriter(out.write, 2 * len(prepared), level=level)
         for p in prepared:
-            with _mapped(p.base) as base:
+            with mapped(p.base) as base:
                 pack.add_blob(p.old, base)
             pack.add_delta(p.new, p.old, p.delta)
         pack_sha = pack.finish()
@@ -259,5 +234,5 @@ def _reads_back(p: _Prepared, scratch: Path, cat_blob: Callable[[str, BinaryIO],
     is its object id."""
     with tempfile.TemporaryFile(dir=scratch) as out:
         cat_blob(p.new, out)
-        with _mapped(out) as data:
-            return len(data) == p.size and _blob_sha1(data) == p.new
+        with mapped(out) as data:
+            return len(data) == p.size and git_blob_id(data) == p.new

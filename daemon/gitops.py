@@ -360,18 +360,19 @@ class SnapshotRepo:
             plain = set(rels) - converted(attrs)
             tracked = tracked_blobs(listed, plain)
             level = self._run("config", "--int", "pack.compression", check=False)
+
+            def has_blob(oid: str) -> bool:
+                return self._rev(f"{oid}^{{blob}}") is not None
+
             try:
                 packed = write_delta_pack(self.git_dir, self.path, tracked,
-                                          cat_blob=self._cat_blob, has_object=self._has_object,
+                                          cat_blob=self._cat_blob, has_object=has_blob,
                                           level=int(level) if level else -1)
             except OSError as err:
                 raise GitError(f"{self.path}: cannot write a delta pack: {err}") from err
             if packed is not None:  # the bases' loose copies, if they were loose
                 self._run("prune-packed", "-q", what="prune-packed")
             return packed
-
-    def _has_object(self, oid: str) -> bool:
-        return self._result("cat-file", "-e", oid, check=False).ok
 
     def _cat_blob(self, oid: str, out: BinaryIO) -> None:
         self._result("cat-file", "blob", oid, stdout=out, what=f"cat-file blob {oid}")
