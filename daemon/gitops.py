@@ -56,7 +56,9 @@ from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
 from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
-from .deltapack import CONVERSIONS, DeltaPack, converted, tracked_blobs, write_delta_pack
+from .deltapack import (
+    CONVERSIONS, MIN_SIZE, DeltaPack, converted, tracked_blobs, write_delta_pack,
+)
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
@@ -347,7 +349,7 @@ class SnapshotRepo:
             repo.pack_deltas(["snapshots/run1/shards/0000.wtxt"]).paths
             # -> ('snapshots/run1/shards/0000.wtxt',)
         """
-        rels = [self._check_path(p) for p in paths]
+        rels = [rel for rel in (self._check_path(p) for p in paths) if self._large(rel)]
         with self._lock:
             tip = self.head_commit()
             if tip is None or not rels:
@@ -373,6 +375,13 @@ class SnapshotRepo:
             if packed is not None:  # the bases' loose copies, if they were loose
                 self._run("prune-packed", "-q", what="prune-packed")
             return packed
+
+    def _large(self, rel: str) -> bool:
+        """A work-tree file big enough for a delta pack (no git call for a small state)."""
+        try:
+            return os.lstat(self.path / rel).st_size >= MIN_SIZE
+        except OSError:
+            return False
 
     def _cat_blob(self, oid: str, out: BinaryIO) -> None:
         self._result("cat-file", "blob", oid, stdout=out, what=f"cat-file blob {oid}")

@@ -29,9 +29,10 @@ def blob_id(data: bytes, cwd: Path) -> str:
                           capture_output=True, check=True).stdout.decode().strip()
 
 
-def text_state(rng, rows: int, header: bytes = b"meta gen=1\n") -> tuple[np.ndarray, bytes]:
+def text_state(rng, rows: int, header: bytes = b"meta gen=1\n") -> bytes:
+    """WTXT-like text: a header line, then base64 lines of random rows."""
     raw = rng.integers(0, 256, (rows, 768), dtype=np.uint8)
-    return raw, header + base64.encodebytes(raw.tobytes())
+    return header + base64.encodebytes(raw.tobytes())
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_git_reads_our_delta_back_exactly(empty_repo, case):
-    _, base = text_state(np.random.default_rng(7), 120)
+    base = text_state(np.random.default_rng(7), 120)
     target = CASES[case](base)
     old, new = pack_pair(empty_repo, base, target)
     assert git_bytes("cat-file", "blob", new, cwd=empty_repo) == target
