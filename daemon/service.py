@@ -49,7 +49,9 @@ from .spool import spool_files
 from .wakeup import Waker, watch_file
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
 from .lfsstore import LFSCONFIG, open_stash, switch_off_filters, write_lfs_files
-from .worktree import ATTRIBUTES, configure_repo, restore_paths, write_delta_attributes
+from .worktree import (
+    ATTRIBUTES, WorktreeRecord, configure_repo, restore_paths, write_delta_attributes,
+)
 from .writers import retire_unfinished, try_writer_lock
 
 log = logging.getLogger("snapops.daemon")
@@ -120,6 +122,7 @@ class Daemon:
         self.pushq = self._push_queue()
         self.repo.clear_stale_locks(min_age=2)  # git killed with a previous daemon
         configure_repo(self.repo_dir, self.config.repo.compression)
+        self.worktree = WorktreeRecord()   # lets a generation skip the work tree's reset
         self.lfs = open_stash(self.config, self.state_dir)
         if self.lfs is not None:
             switch_off_filters(self.repo_dir)
@@ -382,7 +385,8 @@ class Daemon:
             self._record(COMMITTED, gen, commit=done, tag=tag)
             return done, tag
         restore_paths(self.repo_dir, self.config.repo.branch,
-                      [run_dir(self.config), ledger_path(self.config), ATTRIBUTES, LFSCONFIG])
+                      [run_dir(self.config), ledger_path(self.config), ATTRIBUTES, LFSCONFIG],
+                      self.worktree)
         previous = self.repo.head_file(f"{run_dir(self.config)}/MANIFEST")
         received, ts = (), opened.ts
         if self.exchange is not None:
@@ -411,6 +415,7 @@ class Daemon:
             dense = set(written.dense)
             stored = self._pack_deltas(gen, [p for p in written.paths if p not in dense])
         commit = self.repo.commit_generation(paths, message, tag, stored=stored)
+        self.worktree.committed(self.repo_dir, commit, paths)
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
         if self.lfs is not None:  # the next generation's bases only
             self.lfs.trim(parse_manifest(self.repo.head_file(f"{run_dir(self.config)}/MANIFEST"),
