@@ -1,7 +1,7 @@
 """The snapshot repository: commit a generation atomically, tag it, push it to remotes.
 
 Every write runs the real ``git`` through :func:`snapops.formats.gitcmd.run_git` (its own
-process group, killed with the daemon; stall detection for pushes). Apart from the delta packs
+process group, killed with the daemon; stall detection for pushes). Apart from the shard packs
 below, nothing is written by a reimplementation, so what lands in the repository is exactly
 what ``git`` itself would write.
 Reads of the repository's own objects, refs and config (the last MANIFEST, tags, commit
@@ -23,10 +23,11 @@ same call repeated later starts again from step 1. If the tag exists, the call r
 without committing again; if the branch tip already is this generation's commit but the tag is
 missing (a crash inside step 4), the tip is tagged instead of committing twice.
 
-Before step 1, sparsely changed large shards may be stored as git deltas of their versions at
-the tip (:meth:`SnapshotRepo.pack_deltas`, :mod:`snapops.daemon.deltapack`): the one place
-where the daemon writes objects itself, a pack and its index in git's own format, checked
-against git in tests and read back through git before step 2 stages them by object id.
+Before step 1, large shards may be stored in a pack the daemon writes (sparsely changed ones
+as git deltas of their versions at the tip, the others whole: :meth:`SnapshotRepo.pack_shards`,
+:mod:`snapops.daemon.shardpack`): the one place where the daemon writes objects itself, a pack
+and its index in git's own format, checked against git in tests and read back through git
+before step 2 stages them by object id.
 
 A push sends chosen generations only: the branch goes to the newest of them (not to the tip),
 with their tags, in one ``--atomic`` push, so a backlog is sent oldest first in pieces that each
@@ -56,8 +57,8 @@ from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
 from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
-from .deltapack import (
-    CONVERSIONS, MIN_SIZE, DeltaPack, converted, tracked_blobs, write_delta_pack,
+from .shardpack import (
+    CONVERSIONS, MIN_SIZE, Candidate, ShardPack, converted, tip_blobs, write_shard_pack,
 )
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
@@ -304,7 +305,7 @@ class SnapshotRepo:
         committed as a removal. Nothing changed: an empty commit (each generation has its
         commit and tag). ``tag`` already present: its commit is returned, nothing is written.
         ``stored`` maps paths to the object ids of blobs already stored with exactly the
-        work-tree file's bytes (:meth:`pack_deltas`): staged by id, not hashed again.
+        work-tree file's bytes (:meth:`pack_shards`): staged by id, not hashed again.
         Any failure raises GitError and leaves branch and tags as they were.
 
         Example::
@@ -337,47 +338,63 @@ class SnapshotRepo:
                 self._restore_index(parent)
                 raise
 
-    def pack_deltas(self, paths: Iterable[str]) -> DeltaPack | None:
-        """Before committing ``paths``: store those large work-tree files that changed sparsely
-        since the branch tip as git deltas of their versions there, so that the commit's
-        ``git add`` finds them stored and a push sends the changed bytes only (see
-        :mod:`snapops.daemon.deltapack`). Returns what was packed, or None (nothing
+    def pack_shards(self, paths: Iterable[str], dense: Iterable[str] = ()) -> ShardPack | None:
+        """Before committing ``paths``: store the large work-tree files among them in a pack of
+        the work repository (those that changed sparsely since the branch tip as git deltas of
+        their versions there; ``dense`` ones, new ones and the rest whole), so that the commit
+        stages them by id and a push reuses what the pack holds (see
+        :mod:`snapops.daemon.shardpack`). Returns what was packed, or None (nothing
         qualified). GitError on failure: nothing is lost, the commit stores them whole.
 
         Example::
 
-            repo.pack_deltas(["snapshots/run1/shards/0000.wtxt"]).paths
+            repo.pack_shards(["snapshots/run1/shards/0000.wtxt"]).paths
             # -> ('snapshots/run1/shards/0000.wtxt',)
         """
         rels = [rel for rel in (self._check_path(p) for p in paths) if self._large(rel)]
+        dense = set(dense)
         with self._lock:
-            tip = self.head_commit()
-            if tip is None or not rels:
+            if not rels:
                 return None
-            listed = self._run("ls-tree", "-r", "-z", "--full-tree", tip, raw=True,
-                               what="ls-tree")
+            tip = self.head_commit()
+            listed = b"" if tip is None else self._run("ls-tree", "-r", "-z", "--full-tree",
+                                                       tip, raw=True, what="ls-tree")
             attrs = self._run("check-attr", "-z", "--stdin", *CONVERSIONS, raw=True,
                               data=b"\0".join(r.encode() for r in rels) + b"\0",
                               what="check-attr")
-            plain = set(rels) - converted(attrs)
-            tracked = tracked_blobs(listed, plain)
+            plain = [rel for rel in rels if rel not in converted(attrs)]
+            at_tip = tip_blobs(listed, plain)
+            candidates = [Candidate(rel, at_tip.get(rel), rel in dense) for rel in plain]
             level = self._run("config", "--int", "pack.compression", check=False)
 
             def has_blob(oid: str) -> bool:
                 return self._rev(f"{oid}^{{blob}}") is not None
 
             try:
-                packed = write_delta_pack(self.git_dir, self.path, tracked,
+                packed = write_shard_pack(self.git_dir, self.path, candidates,
                                           cat_blob=self._cat_blob, has_object=has_blob,
+                                          blob_sizes=self._blob_sizes,
                                           level=int(level) if level else -1)
             except OSError as err:
-                raise GitError(f"{self.path}: cannot write a delta pack: {err}") from err
-            if packed is not None:  # the bases' loose copies, if they were loose
+                raise GitError(f"{self.path}: cannot write a shard pack: {err}") from err
+            if packed is not None and packed.deltas:  # the bases' loose copies, if any
                 self._run("prune-packed", "-q", what="prune-packed")
             return packed
 
+    def _blob_sizes(self, oids: list[str]) -> dict[str, int | None]:
+        """Git's size of each blob (None: missing, or not a blob), from its pack header."""
+        out = self._run("cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)",
+                        data="".join(f"{oid}\n" for oid in oids).encode(),
+                        what="cat-file --batch-check")
+        sizes: dict[str, int | None] = dict.fromkeys(oids)
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] in sizes and parts[1] == "blob":
+                sizes[parts[0]] = int(parts[2])
+        return sizes
+
     def _large(self, rel: str) -> bool:
-        """A work-tree file big enough for a delta pack (no git call for a small state)."""
+        """A work-tree file big enough for the daemon's pack (no git call for a small state)."""
         try:
             return os.lstat(self.path / rel).st_size >= MIN_SIZE
         except OSError:
@@ -652,7 +669,7 @@ class SnapshotRepo:
             self._run("prune", "--expire=now", what="prune")
             if self._object_counts().get("packs", "0") != "0":
                 # No new delta search (git's runs at ~15 MB/s, under the commit lock): the
-                # delta packs' deltas are kept where their bases are, the rest stored whole.
+                # shard packs' deltas are kept where their bases are, the rest stored whole.
                 self._run("repack", "-a", "-d", "-q", "--window=0", what="repack")
             return {"before": before, "after": self._object_bytes()}
 

@@ -411,9 +411,8 @@ class Daemon:
         if self.lfs is not None:
             paths += write_lfs_files(self.repo_dir, self.config)
         stored = {}
-        if self.lfs is None and self.config.repo.delta != "never":
-            dense = set(written.dense)
-            stored = self._pack_deltas(gen, [p for p in written.paths if p not in dense])
+        if self.lfs is None:
+            stored = self._pack_shards(gen, written.paths, written.dense)
         commit = self.repo.commit_generation(paths, message, tag, stored=stored)
         self.worktree.committed(self.repo_dir, commit, paths)
         self._record(COMMITTED, gen, commit=commit, tag=tag)  # a retry finds the tag
@@ -422,26 +421,28 @@ class Daemon:
                                          "committed MANIFEST"))
         return commit, tag
 
-    def _pack_deltas(self, gen: int, paths: list[str]) -> dict[str, str]:
-        """Sparsely changed shards go to the remote as deltas (daemon/deltapack.py); returns
-        the stored ones' object ids by path. A failure costs only speed: the commit stores
-        those shards whole and the push sends them whole."""
+    def _pack_shards(self, gen: int, paths: list[str], dense: list[str]) -> dict[str, str]:
+        """Large shards go into the daemon's own pack (daemon/shardpack.py): sparsely changed
+        ones as deltas (unless ``repo.delta = "never"``), the others whole; returns the stored
+        ones' object ids by path. A failure costs only speed: the commit stores those shards
+        through ``git add`` instead."""
         started = time.perf_counter()
+        if self.config.repo.delta == "never":
+            dense = paths
         try:
-            packed = self.repo.pack_deltas(paths)
+            packed = self.repo.pack_shards(paths, dense)
         except GitError as exc:
-            log.warning("gen %d: shards not stored as deltas (the push sends them whole): %s",
+            log.warning("gen %d: shards not packed by the daemon (git add stores them): %s",
                         gen, exc)
             return {}
         except Exception:  # an optimisation: never the reason a generation fails
-            log.exception("gen %d: shards not stored as deltas (the push sends them whole)",
-                          gen)
+            log.exception("gen %d: shards not packed by the daemon (git add stores them)", gen)
             return {}
         if packed is None:
             return {}
-        log.info("gen %d: %d shard(s) stored as deltas, %d of %d bytes, in %.2f s", gen,
-                 len(packed.paths), packed.delta_bytes, packed.blob_bytes,
-                 time.perf_counter() - started)
+        log.info("gen %d: %d shard(s) packed, %d of them as deltas (%d bytes for %d), "
+                 "in %.2f s", gen, len(packed.paths), packed.deltas, packed.delta_bytes,
+                 packed.blob_bytes, time.perf_counter() - started)
         return dict(zip(packed.paths, packed.oids))
 
     def _verify_worktree(self) -> None:

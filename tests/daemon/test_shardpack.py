@@ -1,8 +1,9 @@
-"""Sparse pushes through delta packs, checked against the real git: our pack and index are
-the ones git would accept and write (``index-pack`` makes the same index byte for byte,
-``fsck --strict`` passes, ``cat-file`` reads every blob back), ``git push`` reuses the deltas,
-and a real daemon's generations land on the remote bit-exact with their shards stored as
-deltas of the previous generation's."""
+"""Shards stored in the daemon's own packs (whole, or as deltas for sparse pushes), checked
+against the real git: our pack and index are the ones git would accept and write
+(``index-pack`` makes the same index byte for byte, ``fsck --strict`` passes, ``cat-file``
+reads every blob back), ``git push`` reuses what the packs hold, and a real daemon's
+generations land on the remote bit-exact with their shards stored as deltas of the previous
+generation's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from snapops.daemon.deltapack import Tracked, write_delta_pack
+from snapops.daemon.shardpack import Candidate, write_shard_pack
 from snapops.daemon.gitops import SnapshotRepo
 from snapops.daemon.gitpack import BLOCK, IndexEntry, PackWriter, git_delta, index_bytes
 from snapops.formats.errors import GitError
@@ -116,7 +117,7 @@ def test_large_offsets_go_to_the_64_bit_table():
 def sparse_generations(repo: SnapshotRepo, gens: int, rows: int = 2048, files: int = 3,
                        push_to: Path | None = None) -> list[list[str]]:
     """Commit ``gens`` generations of ``files`` large text files, 1% of rows changed each
-    time (through pack_deltas from the second on); return each push's progress lines."""
+    time (packed whole by pack_shards, then as deltas); return each push's progress lines."""
     rng = np.random.default_rng(3)
     raws = [rng.integers(0, 256, (rows, 768), dtype=np.uint8) for _ in range(files)]
     names = [f"shards/{i:04d}.wtxt" for i in range(files)]
@@ -129,9 +130,10 @@ def sparse_generations(repo: SnapshotRepo, gens: int, rows: int = 2048, files: i
             path = repo.path / name
             path.parent.mkdir(exist_ok=True)
             path.write_bytes(b"meta gen=%d\n" % gen + base64.encodebytes(raw.tobytes()))
-        packed = repo.pack_deltas(names)
-        assert (packed is None) == (gen == 1)
-        stored = dict(zip(packed.paths, packed.oids)) if packed else {}
+        packed = repo.pack_shards(names)
+        assert packed is not None and len(packed.paths) == files
+        assert packed.deltas == (0 if gen == 1 else files)
+        stored = dict(zip(packed.paths, packed.oids))
         repo.commit_generation(names, f"gen {gen}", f"t/gen-{gen:06d}", stored=stored)
         if push_to is not None:
             lines: list[str] = []
@@ -146,9 +148,10 @@ def test_pushes_reuse_the_deltas_and_the_remote_has_every_generation(tmp_path):
     with SnapshotRepo(tmp_path / "repo") as repo:
         pushes = sparse_generations(repo, 3, push_to=remote)
         work = repo.path
-    for lines in pushes[1:]:
+    for gen, lines in enumerate(pushes, start=1):
         total = next(line for line in lines if line.startswith("Total"))
-        assert "reused 3 (delta 3)" in total, total
+        # gen 1: the whole blobs are sent as the daemon packed them; then the deltas
+        assert ("reused 3 (delta 0)" if gen == 1 else "reused 3 (delta 3)") in total, total
     git("fsck", "--strict", cwd=work)
     git("fsck", "--strict", cwd=remote)
     for gen in (1, 2, 3):
@@ -169,12 +172,13 @@ def test_pushes_reuse_the_deltas_and_the_remote_has_every_generation(tmp_path):
 
 
 def test_each_pack_holds_a_bounded_share_of_deltas(tmp_path, monkeypatch):
-    monkeypatch.setattr("snapops.daemon.deltapack.HELD_MAX", 1)   # one shard per pack
+    monkeypatch.setattr("snapops.daemon.shardpack.HELD_MAX", 1)   # one delta per pack
     remote = init_bare(tmp_path / "remote.git")
     with SnapshotRepo(tmp_path / "repo") as repo:
         pushes = sparse_generations(repo, 2, push_to=remote)
         work = repo.path
-    assert len(list((work / ".git/objects/pack").glob("pack-*.idx"))) == 3
+    # gen 1: one pack of 3 whole blobs; gen 2: 3 packs of one delta (and its base) each
+    assert len(list((work / ".git/objects/pack").glob("pack-*.idx"))) == 4
     assert any("reused 3 (delta 3)" in line for line in pushes[1])
     git("fsck", "--strict", cwd=work)
     for i in range(3):
@@ -191,7 +195,7 @@ def test_small_unchanged_dense_or_linked_files_are_left_to_git(tmp_path):
         for name, data in files.items():
             (repo.path / name).write_bytes(data)
         repo.commit_generation(list(files), "gen 1", "t/gen-000001")
-        assert repo.pack_deltas(list(files)) is None          # nothing changed yet
+        assert repo.pack_shards(list(files)) is None          # nothing changed yet
         (repo.path / "small").write_bytes(rng.bytes(1000))
         (repo.path / "dense").write_bytes(rng.bytes(2 << 20))
         sparse = bytearray(files["linked"])
@@ -199,19 +203,25 @@ def test_small_unchanged_dense_or_linked_files_are_left_to_git(tmp_path):
         (tmp_path / "elsewhere").write_bytes(bytes(sparse))
         (repo.path / "linked").unlink()
         (repo.path / "linked").symlink_to(tmp_path / "elsewhere")   # never followed
-        assert repo.pack_deltas(list(files)) is None
+        packed = repo.pack_shards(list(files))
+        assert (packed.paths, packed.deltas) == (("dense",), 0)     # a dense change: whole
         (repo.path / "linked").unlink()
         os.mkfifo(repo.path / "linked")                              # never waited on
-        assert repo.pack_deltas(list(files)) is None
-        assert not list((repo.path / ".git/objects/pack").glob("*.pack"))
+        assert repo.pack_shards(list(files)) is None                # (dense is stored now)
+        assert len(list((repo.path / ".git/objects/pack").glob("*.pack"))) == 1
         # a file git add would convert (a filter, text/eol, ident, an encoding) is left to it
         (repo.path / "linked").unlink()
         (repo.path / "linked").write_bytes(bytes(sparse))
         for attrs in ("linked filter=lfs", "linked text eol=crlf", "linked ident"):
             (repo.path / ".gitattributes").write_text(attrs + "\n")
-            assert repo.pack_deltas(list(files)) is None, attrs
+            assert repo.pack_shards(list(files)) is None, attrs
         (repo.path / ".gitattributes").write_text("linked -text -delta\n")
-        assert repo.pack_deltas(list(files)).paths == ("linked",)
+        packed = repo.pack_shards(list(files))
+        assert (packed.paths, packed.deltas) == (("linked",), 1)
+        # a shard the caller knows changed densely is packed whole, without a delta tried
+        (repo.path / "linked").write_bytes(bytes(reversed(sparse)))
+        packed = repo.pack_shards(list(files), dense=["linked"])
+        assert (packed.paths, packed.deltas) == (("linked",), 0)
 
 
 def test_a_blob_git_already_has_is_not_packed_again(tmp_path):
@@ -222,8 +232,8 @@ def test_a_blob_git_already_has_is_not_packed_again(tmp_path):
         changed[1000] ^= 1
         for gen, data in enumerate([first, bytes(changed), first], start=1):
             (repo.path / "x").write_bytes(data)
-            packed = repo.pack_deltas(["x"])
-            assert (packed is not None) == (gen == 2)
+            packed = repo.pack_shards(["x"])
+            assert (packed is not None) == (gen != 3)
             repo.commit_generation(["x"], f"gen {gen}", f"t/gen-{gen:06d}",
                                    stored=dict(zip(packed.paths, packed.oids)) if packed else {})
         assert git_bytes("cat-file", "blob", "HEAD:x", cwd=repo.path) == first
@@ -239,9 +249,10 @@ def test_a_pack_git_reads_back_wrong_is_removed_and_nothing_is_lost(tmp_path, mo
         data = bytearray(path.read_bytes())
         data[5000] ^= 1
         path.write_bytes(bytes(data))
-        tracked = [Tracked("shards/0000.wtxt",
-                           git("rev-parse", "HEAD:shards/0000.wtxt", cwd=repo.path))]
+        tracked = [Candidate("shards/0000.wtxt",
+                             git("rev-parse", "HEAD:shards/0000.wtxt", cwd=repo.path))]
         new = blob_id(bytes(data), repo.path)
+        packs = set((repo.git_dir / "objects/pack").iterdir())   # gen 1's, whole
 
         def cat_blob(oid, out):
             repo._cat_blob(oid, out)
@@ -251,13 +262,69 @@ def test_a_pack_git_reads_back_wrong_is_removed_and_nothing_is_lost(tmp_path, mo
                 out.flush()
 
         with pytest.raises(GitError, match="git read other bytes back for shards/0000.wtxt"):
-            write_delta_pack(repo.git_dir, repo.path, tracked, cat_blob=cat_blob,
-                             has_object=lambda oid: False)
-        assert not [p for p in (repo.git_dir / "objects/pack").iterdir()
-                    if p.suffix in (".pack", ".idx")]
+            write_shard_pack(repo.git_dir, repo.path, tracked, cat_blob=cat_blob,
+                             has_object=lambda oid: False, blob_sizes=repo._blob_sizes)
+        assert set((repo.git_dir / "objects/pack").iterdir()) == packs
         repo.commit_generation(["shards/0000.wtxt"], "gen 2", "t/gen-000002")
         assert git_bytes("cat-file", "blob", "HEAD:shards/0000.wtxt", cwd=repo.path) == data
         git("fsck", "--strict", cwd=repo.path)
+
+
+def whole_repo(tmp_path: Path) -> tuple[SnapshotRepo, bytes]:
+    repo = SnapshotRepo(tmp_path / "repo")
+    data = np.random.default_rng(4).bytes(3 << 20)
+    (repo.path / "x").write_bytes(data)
+    return repo, data
+
+
+def test_whole_shards_are_stored_exactly_with_no_loose_copy(tmp_path):
+    repo, data = whole_repo(tmp_path)
+    with repo:
+        packed = repo.pack_shards(["x"])
+        assert (packed.paths, packed.deltas, packed.blob_bytes) == (("x",), 0, len(data))
+        assert packed.oids == (blob_id(data, repo.path),)
+        repo.commit_generation(["x"], "gen 1", "t/gen-000001",
+                               stored=dict(zip(packed.paths, packed.oids)))
+        assert git_bytes("cat-file", "blob", "HEAD:x", cwd=repo.path) == data
+        git("fsck", "--strict", cwd=repo.path)
+        oid = packed.oids[0]
+        assert not (repo.git_dir / "objects" / oid[:2] / oid[2:]).exists()   # no loose copy
+        verified = git("verify-pack", "-v", *map(str, (repo.git_dir / "objects/pack").glob(
+            "*.idx")), cwd=repo.path)
+        assert f"{packed.oids[0]} blob   {len(data)}" in verified
+
+
+def test_a_file_changed_after_it_was_hashed_is_not_packed(tmp_path):
+    """The pack copies the file as it was hashed, or not at all: the commit then stores the
+    file as it is now, through git add."""
+    repo, data = whole_repo(tmp_path)
+    with repo:
+        def rewrite(oid):   # called between hashing and packing, as a rogue writer would
+            (repo.path / "y").write_bytes(b"other" + data[5:])
+            os.replace(repo.path / "y", repo.path / "x")
+            return False
+
+        with pytest.raises(GitError, match="changed after it was hashed"):
+            write_shard_pack(repo.git_dir, repo.path, [Candidate("x", None)],
+                             cat_blob=repo._cat_blob, has_object=rewrite,
+                             blob_sizes=repo._blob_sizes)
+        assert not [p for p in (repo.git_dir / "objects/pack").iterdir()]
+        repo.commit_generation(["x"], "gen 1", "t/gen-000001")
+        assert git_bytes("cat-file", "blob", "HEAD:x", cwd=repo.path) == b"other" + data[5:]
+
+
+def test_a_whole_blob_git_does_not_list_as_written_removes_the_pack(tmp_path):
+    repo, data = whole_repo(tmp_path)
+    with repo:
+        def sizes(oids):
+            return {oid: size + 1 for oid, size in repo._blob_sizes(oids).items()}
+
+        with pytest.raises(GitError, match="git read other bytes back for x"):
+            write_shard_pack(repo.git_dir, repo.path, [Candidate("x", None)],
+                             cat_blob=repo._cat_blob, has_object=lambda oid: False,
+                             blob_sizes=sizes)
+        assert not [p for p in (repo.git_dir / "objects/pack").iterdir()]
+        assert repo._blob_sizes([blob_id(data, repo.path)]) == {blob_id(data, repo.path): None}
 
 
 # -- the daemon ---------------------------------------------------------------------------
@@ -275,8 +342,11 @@ def test_daemon_stores_sparse_shards_as_deltas_and_the_remote_gets_them_exactly(
         states[gen] = {"w": weight.copy(), "step": np.array(gen, np.int64)}
     env.push_all(states)
     log = env.log.read_text()
-    assert re.search(r"gen 2: \d+ shard\(s\) stored as deltas", log), log[-2000:]
-    assert re.search(r"gen 3: \d+ shard\(s\) stored as deltas", log), log[-2000:]
+    assert re.search(r"gen 1: \d+ shard\(s\) packed, 0 of them as deltas", log), log[-2000:]
+    assert re.search(r"gen 2: \d+ shard\(s\) packed, [1-9]\d* of them as deltas", log), \
+        log[-2000:]
+    assert re.search(r"gen 3: \d+ shard\(s\) packed, [1-9]\d* of them as deltas", log), \
+        log[-2000:]
     clone = tmp_path / "clone"
     git("clone", "-q", str(bare), str(clone))
     git("fsck", "--strict", cwd=env.repo)
@@ -322,8 +392,8 @@ def sparse_generations_after(repo: SnapshotRepo, remote: Path, gen: int) -> list
         data = bytearray((repo.path / name).read_bytes())
         data[40_000:40_100] = b"A" * 100
         (repo.path / name).write_bytes(bytes(data))
-    packed = repo.pack_deltas(names)
-    assert packed is not None and len(packed.paths) == 3
+    packed = repo.pack_shards(names)
+    assert packed is not None and packed.deltas == 3
     repo.commit_generation(names, f"gen {gen}", f"t/gen-{gen:06d}",
                            stored=dict(zip(packed.paths, packed.oids)))
     lines: list[str] = []
@@ -354,4 +424,4 @@ def test_a_daemon_killed_while_packing_recovers_exactly(tmp_path):
     assert_recovered_exactly(env, bare, tmp_path, expected)
     git("fsck", "--strict", cwd=env.repo)
     git("fsck", "--strict", cwd=bare)
-    assert "stored as deltas" in env.log.read_text()
+    assert "of them as deltas" in env.log.read_text()
