@@ -77,7 +77,8 @@ class RepoConfig:
     retention: int = 8                # local ring: spool and work files of the last K gens
     compression: int = 0              # git zlib level: base64 of float weights barely
                                       # compresses (~75% at best) and zlib runs at ~30 MB/s
-    delta: str = "auto"               # git delta search: auto (skip dense shards) | always | never
+    delta: str = "auto"               # auto: the daemon's deltas for sparse shards, none for
+                                      # dense ones | always: git may search too | never: whole
     gc_interval: float = 3600.0       # seconds between work-repository cleanups (0: never):
                                       # history older than the last `retention` generations
                                       # that every remote has is forgotten locally

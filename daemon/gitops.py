@@ -362,7 +362,8 @@ class SnapshotRepo:
             attrs = self._run("check-attr", "-z", "--stdin", *CONVERSIONS, raw=True,
                               data=b"\0".join(r.encode() for r in rels) + b"\0",
                               what="check-attr")
-            plain = [rel for rel in rels if rel not in converted(attrs)]
+            conversions = converted(attrs)
+            plain = [rel for rel in rels if rel not in conversions]
             at_tip = tip_blobs(listed, plain)
             candidates = [Candidate(rel, at_tip.get(rel), rel in dense) for rel in plain]
             level = self._run("config", "--int", "pack.compression", check=False)

@@ -34,6 +34,8 @@ def test_wtxt_suite_reports_every_operation_against_one_sha256_pass(tmp_path, ca
     assert ops["encode_sealed"]["target_ratio"] == 0.25
     assert r["file_bytes"]["sealed"] > r["raw_bytes"]
     assert ops["disk"]["target_ratio"] is None
+    for name in ("encode_plain", "encode_sealed", "verify_keyed"):   # issue 16: < 64 MiB extra
+        assert 0 <= ops[name]["peak_extra"] < 64 << 20 and "peak_rss_extra" in ops[name]
     assert list(tmp_path.iterdir()) == []
 
 
