@@ -14,7 +14,7 @@ from ..errors import ChecksumError, FormatError
 from ..integrity import crc32c
 from ._grammar import CH_RE, WIDTH, grammar_error, lines_for
 from ._lines import B64_VALUE, HEX_VALUE, b64_len, decode_bodies, line_parity
-from ._heads import RunHeads, chunk_digests
+from ._heads import RunHeads, chunk_crcs, chunk_digests
 from ._plan import ENDCH, ChunkPlan, body_len, chunk_text_len
 from ._reader import LineReader
 
@@ -32,10 +32,12 @@ def expected_head(ix: int, off: int, length: int) -> tuple[bytes, bytes]:
             b" b64=on width=76 lines=%d" % lines_for(length))
 
 
-def decode_run(block, first: int, count: int, length: int, start: int, out=None):
+def decode_run(block, first: int, count: int, length: int, start: int, out=None,
+               hashed: bool = True):
     """Raw bytes of ``count`` chunks (the first at raw offset ``start``) whose text is
     ``block``, decoded into ``out`` (a writable buffer of their size) when given; None if
-    anything is off (then ``read_chunk`` names the fault)."""
+    anything is off (then ``read_chunk`` names the fault). ``hashed=False``: every check but
+    the chunks' SHA-256 (for a file whose own digest was verified)."""
     row = chunk_text_len(first, length)
     if len(block) != row * count:
         return None
@@ -47,6 +49,9 @@ def decode_run(block, first: int, count: int, length: int, start: int, out=None)
     raw = decode_bodies(text[:, heads.width:heads.width + blen], length, out)
     if raw is None:
         return None
+    if not hashed:
+        return raw if heads.match_unhashed(text[:, :heads.width],
+                                           chunk_crcs(raw, count, length)) else None
     sha, crc = chunk_digests(raw, count, length)
     return raw if heads.match(text[:, :heads.width], sha, crc) else None
 
@@ -67,12 +72,13 @@ class ChunkReader:
     """Yields the raw bytes of an array's chunks in order, checking everything chunk-level."""
 
     def __init__(self, reader: LineReader, array: str, plan: ChunkPlan, pool: Executor | None,
-                 dest: memoryview | None = None):
+                 dest: memoryview | None = None, hashed: bool = True):
         self.reader = reader
         self.array = array
         self.plan = plan
         self.pool = pool
         self.dest = dest
+        self.hashed = hashed   # False: chunk SHA-256s not computed (see decode_run)
 
     def __iter__(self):
         plan = self.plan
@@ -93,8 +99,8 @@ class ChunkReader:
                                            count * (2 + lines_for(length)))
             credited = self.reader.line_no - before
             out = self.dest[start:start + count * length] if self.dest is not None else None
-            job = (self.pool.submit(decode_run, block, first, count, length, start, out)
-                   if self.pool else _done(decode_run(block, first, count, length, start, out)))
+            args = (block, first, count, length, start, out, self.hashed)
+            job = self.pool.submit(decode_run, *args) if self.pool else _done(decode_run(*args))
             window.append((job, block, first, count, credited))
             while len(window) > MAX_IN_FLIGHT or (window and window[0][0].done()):
                 raw, fallback = self._take(window)

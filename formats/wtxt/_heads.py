@@ -18,6 +18,8 @@ from ._grammar import ZERO64, ch_line
 from ._lines import HEX_DIGITS
 
 _CRC_SHIFTS = np.arange(28, -4, -4, dtype=np.uint32)
+_IS_HEX = np.zeros(256, bool)
+_IS_HEX[HEX_DIGITS] = True
 
 
 def digits(values: np.ndarray, width: int) -> np.ndarray:
@@ -32,6 +34,13 @@ def hex_digits(data: np.ndarray) -> np.ndarray:
     out[:, 0::2] = HEX_DIGITS[data >> 4]
     out[:, 1::2] = HEX_DIGITS[data & 0xF]
     return out
+
+
+def chunk_crcs(raw, count: int, length: int) -> np.ndarray:
+    """CRC32C (count, 8 hex digits) of ``count`` chunks of ``length`` bytes in ``raw``."""
+    view = memoryview(raw).cast("B")
+    crcs = [crc32c(view[k * length:(k + 1) * length]) for k in range(count)]
+    return HEX_DIGITS[(np.array(crcs, np.uint32)[:, None] >> _CRC_SHIFTS) & 0xF]
 
 
 def chunk_digests(raw, count: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,3 +83,9 @@ class RunHeads:
     def match(self, text: np.ndarray, sha: np.ndarray, crc: np.ndarray) -> bool:
         """Whether (count, width) ``text`` holds exactly these lines with these hashes."""
         return bool(np.array_equal(text, self.fill(sha, crc)))
+
+    def match_unhashed(self, text: np.ndarray, crc: np.ndarray) -> bool:
+        """``match`` with the sha256 fields taken as written (64 lowercase hex digits each)
+        instead of computed."""
+        sha = text[:, self.sha_at:self.sha_at + 64]
+        return bool(_IS_HEX[sha].all()) and self.match(text, sha, crc)

@@ -113,10 +113,13 @@ def new_buffer(nbytes: int) -> np.ndarray:
 
 def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
          require_signature: bool = False, require_hmac: bool = False,
-         threads: int = 2) -> Snapshot:
+         threads: int = 2, digests: bool = True) -> Snapshot:
     """Read every array under its stored name, checking everything ``verify`` checks (keys
     optional); ``meta`` holds the header values and the audit line. The format contract
     (``snapops.formats.wtxt.load``) maps names and dtypes back from the audit records.
+    ``digests=False`` (the contract's ``load(verify=False)``): the SHA-256s and HMACs inside
+    the file are not computed, the grammar, base64, parity and CRC32C checks still run; for
+    a file whose own digest was checked against a sealed MANIFEST.
 
     Example::
 
@@ -128,7 +131,7 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
     name = os.fspath(path)
     checks = Checks(coerce_hmac_key(hmac_key), coerce_trusted(trusted_keys),
                     wsum_explicit=os.fspath(wsum) if wsum is not None else None,
-                    wsum_default=str(wsum_path(name)))
+                    wsum_default=str(wsum_path(name)), digests=digests)
     arrays: dict = {}
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from snapops.formats.contract import parse_option_texts
+from snapops.formats.errors import FormatError
 from snapops.formats.registry import detect, handler, handler_for_suffix, verify_any
 
 from ._common import EXIT_VERIFY_FAILED, add_command, progress_bar, report_error, step
@@ -48,14 +49,23 @@ def run(args) -> int:
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
     options = target.options(**writer_fields(args, target))
     limits = limits_from(args)
+    # a reader that checks everything as it reads (WTXT, FOLD, npz) verifies in the same pass
+    # that loads, so nothing can change between the check and the read
+    checked_by_reader = source.load_verifies and not args.no_verify
     with progress_bar("convert", total=3, unit="step") as progress:
-        if not args.no_verify:
+        if not args.no_verify and not checked_by_reader:
             report = verify_any(args.src, limits=limits)
             if report.failure is not None:
                 report_error(report.failure)
                 return EXIT_VERIFY_FAILED
         step(progress)
-        snapshot = source.load(args.src, verify=False, limits=limits)
+        try:
+            snapshot = source.load(args.src, verify=checked_by_reader, limits=limits)
+        except FormatError as exc:
+            if not checked_by_reader:
+                raise
+            report_error(exc)
+            return EXIT_VERIFY_FAILED
         step(progress)
         result = target.save(snapshot, args.dst, options)
         step(progress)
