@@ -72,8 +72,8 @@ class Wtxt(SnapshotFormat):
         return logical_snapshot(snap.arrays, snap.meta, snap.meta.get("audit"))
 
     def _decode(self, path: str, options: VerifyOptions) -> Snapshot:
-        """Without the SHA-256s and HMACs inside the file (grammar, base64, parity and
-        CRC32C still checked): for a shard whose own digest a sealed MANIFEST vouched for."""
+        """Without the SHA-256s and HMACs inside the file (grammar, base64 and CRC32C still
+        checked): for a shard whose own digest a sealed MANIFEST vouched for."""
         snap = load_stored(path, wsum=options.wsum, threads=options.workers or 2,
                            digests=False)
         return logical_snapshot(snap.arrays, snap.meta, snap.meta.get("audit"))

@@ -67,7 +67,8 @@ class Checks:
     wsum_path: str | None = None
     # False: the file's own digest was verified against a sealed MANIFEST, so the SHA-256s
     # inside it (chunk, array, root) and the HMACs are not computed again; the grammar,
-    # base64, parity and CRC32C checks still run (a tool's decode, not a verification)
+    # base64 and CRC32C checks still run (a changed character fails its chunk's CRC32C, and
+    # the line-by-line reread then names the line); a tool's decode, not a verification
     digests: bool = True
 
 

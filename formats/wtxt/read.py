@@ -118,7 +118,7 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
     optional); ``meta`` holds the header values and the audit line. The format contract
     (``snapops.formats.wtxt.load``) maps names and dtypes back from the audit records.
     ``digests=False`` (the contract's ``load(verify=False)``): the SHA-256s and HMACs inside
-    the file are not computed, the grammar, base64, parity and CRC32C checks still run; for
+    the file are not computed, the grammar, base64 and CRC32C checks still run; for
     a file whose own digest was checked against a sealed MANIFEST.
 
     Example::

@@ -1,6 +1,7 @@
 """``load(verify=False)`` of WTXT: the same arrays as a verifying load, without computing the
 SHA-256s inside the file (a sealed MANIFEST vouches for the file's own digest, so restore
-checks that instead); grammar, base64, parity and CRC32C are still checked."""
+checks that instead); grammar, base64 and CRC32C are still checked (a changed character fails
+its chunk's CRC32C, and the reread line by line names the line and its parity)."""
 
 from __future__ import annotations
 
