@@ -10,7 +10,8 @@ one was skipped. Verification options are those of
 off here: each shard's bytes are checked against the SHA-256 the sealed MANIFEST lists, and the
 format's reader decodes them while loading (``load(verify=False)``: for WTXT the grammar,
 base64 and CRC32C checks, not the SHA-256s inside the file, which the file's digest
-already covers); ``deep=True`` adds each format's own full
+already covers), each shard as soon as its own digest matched while the others are still
+checked; ``deep=True`` adds each format's own full
 verification first (one more read of every shard). A run in the Git LFS store restores the
 same way, its shards rebuilt from exactly their keyframe and residual chains
 (:mod:`snapops.restore_lfs`; options ``lfs_url``, ``lfs_token_file``, ``lfs_cache``).

@@ -21,14 +21,17 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import queue
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 from snapops.formats.dtypes import numpy_dtype
-from snapops.formats.errors import DataError, FormatError
+from snapops.formats.errors import DataError, FormatError, SnapopsError
 from snapops.formats.limits import check_shape
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
@@ -57,36 +60,92 @@ def load_from_source(source: Source, run: str, *, verify: bool = True,
             raise FormatError(f"{note}: its shards are no longer in the LFS store",
                               path=f"{run_folder(run)}/MANIFEST", check="pruned")
     if verify:
-        report = verify_generation(source, run, options)
-        if not report.ok:
-            raise report.failure
-    _, manifest = read_manifest(source, run)
-    arrays = assemble(source, run, manifest, options.identity, verified=verify)
+        arrays, manifest = _load_while_verifying(source, run, options)
+    else:
+        _, manifest = read_manifest(source, run)
+        arrays = assemble(source, run, manifest, options.identity)
     h = manifest.header
     return Snapshot(arrays, {"run": h.run, "gen": h.gen, "ts": h.ts, "build": h.build,
                              "keyid": h.keyid, "format": h.format})
+
+
+def _load_while_verifying(source: Source, run: str, options: GenerationOptions
+                          ) -> tuple[dict[str, np.ndarray], Manifest]:
+    """Verify the generation, and decode each shard as soon as its own check passed (its
+    digest against the sealed MANIFEST: the decoder skips what that covers) while the next
+    shards are still copied out and hashed: a shard is decoded on one core while the others
+    are checked on the other. Nothing is returned unless the whole generation verifies; its
+    failure, not a decoding error it caused, is what is raised."""
+    ready: queue.Queue = queue.Queue()
+    with ThreadPoolExecutor(1, thread_name_prefix="snapops-verify") as pool:
+        verifying = pool.submit(verify_generation, source, run,
+                                dataclasses.replace(options, on_shard=ready.put))
+        verifying.add_done_callback(lambda _: ready.put(None))
+        try:
+            _, manifest = read_manifest(source, run)
+            loader = _Assembler(source, run, manifest, options.identity, verified=True)
+            with loader:
+                while (shard := ready.get()) is not None:
+                    loader.load(shard)
+                report = verifying.result()
+                if not report.ok:
+                    raise report.failure
+                loader.load_rest()
+        except SnapopsError:
+            report = verifying.result()
+            if not report.ok:
+                raise report.failure from None
+            raise
+    return loader.out, manifest
 
 
 def assemble(source: Source, run: str, manifest: Manifest, identity=None, *,
              verified: bool = False) -> dict[str, np.ndarray]:
     """Every array of ``manifest``; single-part arrays stay the reader's (mapped) arrays.
     Each shard is verified as it is loaded unless the generation was (``verified``)."""
-    by_shard: dict[str, list[ArrayRecord]] = {}
-    for array in manifest.arrays:
-        for part in array.parts:
-            by_shard.setdefault(part.shard, []).append(array)
-    out: dict[str, np.ndarray] = {}
-    formats = {s.path: s.format for s in manifest.shards}
-    wsums = {f.of: f.path for f in manifest.files if f.role == "wsum"}
-    folder = run_folder(run)
-    with tempfile.TemporaryDirectory(prefix="snapops-load-") as tmp:
-        for shard_path, records in by_shard.items():
-            wsum = f"{folder}/{wsums[shard_path]}" if shard_path in wsums else None
-            with _plain(source, f"{folder}/{shard_path}", wsum, identity, Path(tmp)) as local:
-                loaded = _load_shard(local, formats[shard_path], verify=not verified)
-            for array in records:
-                _place(array, shard_path, loaded, out)
-    return out
+    with _Assembler(source, run, manifest, identity, verified=verified) as loader:
+        loader.load_rest()
+    return loader.out
+
+
+class _Assembler:
+    """Loads a generation's shards one at a time, in any order, into its arrays."""
+
+    def __init__(self, source: Source, run: str, manifest: Manifest, identity, *,
+                 verified: bool) -> None:
+        self.source, self.identity, self.verified = source, identity, verified
+        self.by_shard: dict[str, list[ArrayRecord]] = {}
+        for array in manifest.arrays:
+            for part in array.parts:
+                self.by_shard.setdefault(part.shard, []).append(array)
+        self.formats = {s.path: s.format for s in manifest.shards}
+        self.wsums = {f.of: f.path for f in manifest.files if f.role == "wsum"}
+        self.folder = run_folder(run)
+        self.out: dict[str, np.ndarray] = {}
+        self._done: set[str] = set()
+
+    def __enter__(self) -> "_Assembler":
+        self._tmp = tempfile.TemporaryDirectory(prefix="snapops-load-")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tmp.cleanup()
+
+    def load(self, shard_path: str) -> None:
+        """Decode one shard and place its parts (a shard holding no part: nothing to do)."""
+        if shard_path in self._done or shard_path not in self.by_shard:
+            return
+        self._done.add(shard_path)
+        wsum = f"{self.folder}/{self.wsums[shard_path]}" if shard_path in self.wsums else None
+        with _plain(self.source, f"{self.folder}/{shard_path}", wsum, self.identity,
+                    Path(self._tmp.name)) as local:
+            loaded = _load_shard(local, self.formats[shard_path], verify=not self.verified)
+        for array in self.by_shard[shard_path]:
+            _place(array, shard_path, loaded, self.out)
+
+    def load_rest(self) -> None:
+        for shard_path in self.by_shard:
+            self.load(shard_path)
 
 
 @contextlib.contextmanager

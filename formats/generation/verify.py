@@ -67,6 +67,9 @@ class GenerationOptions:
     workers: int = 2
     memo: dict | None = None
     retention: Any = None           # LFS store: the run's RetentionRecord (pruned generations)
+    # called (from a worker thread) with a shard's path once its own check passed: a restore
+    # decodes it meanwhile; nothing is returned unless the whole generation then verifies
+    on_shard: Any = None
 
 
 def pruned_note(manifest: Manifest, options: GenerationOptions) -> str | None:
@@ -211,7 +214,14 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
         done = check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
         if keys[shard.path] is not None:
             memo[keys[shard.path]] = done
+        if options.on_shard is not None:
+            options.on_shard(shard.path)
         return done
+
+    if options.on_shard is not None:
+        for shard in manifest.shards:
+            if keys[shard.path] in memo:
+                options.on_shard(shard.path)
 
     with ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="snapops-gen") as pool:
         checked = list(pool.map(one, fresh))

@@ -219,3 +219,31 @@ def test_git_tree_source_matches_the_folder(tmp_path, keys):
     small = GitTreeSource(Git(repo), "HEAD", scratch, max_blob=100)
     report = verify_generation(small, "run1", opts(keys))
     assert report.failure.check == "limit" and "snapops.maxBlobSize" in str(report.failure)
+
+
+@pytest.mark.parametrize("fmt", ["wtxt", "aero"])
+def test_a_shard_that_is_garbage_fails_by_its_digest_not_by_its_decoder(tmp_path, keys, fmt):
+    """Shards are decoded while the generation is still being verified, each once its own
+    digest matched: a shard no decoder can read is never handed to one, and the failure is
+    the verifier's (its digest)."""
+    folder = _gen_with(tmp_path, keys, fmt)
+    shard = sorted((folder / "shards").iterdir())[0]
+    size = shard.stat().st_size
+    shard.write_bytes(b"\xff" * size)          # same size: the file-set check passes
+    with pytest.raises(FormatError) as raised:
+        load_from_source(FolderSource(tmp_path), "run1", options=opts(keys))
+    assert raised.value.check == "digest", raised.value
+    assert str(raised.value) == str(verify_generation(FolderSource(tmp_path), "run1",
+                                                      opts(keys)).failure)
+
+
+def test_nothing_is_loaded_when_a_check_after_the_shards_fails(tmp_path, keys):
+    """Every shard verifies and is decoded, then the ledger check fails: no arrays."""
+    commit_gen(tmp_path, spec(keys), 1, state())
+    ledger = next((tmp_path / "ledger").iterdir())
+    ledger.write_bytes(ledger.read_bytes().replace(b"build=b1", b"build=b2", 1))
+    assert not verify_generation(FolderSource(tmp_path), "run1", opts(keys)).ok
+    with pytest.raises(FormatError) as raised:
+        load_from_source(FolderSource(tmp_path), "run1", options=opts(keys))
+    assert raised.value.check == verify_generation(FolderSource(tmp_path), "run1",
+                                                   opts(keys)).failure.check
