@@ -38,8 +38,10 @@ def decode_run(block, first: int, count: int, length: int, start: int, out=None,
                hashed: bool = True):
     """Raw bytes of ``count`` chunks (the first at raw offset ``start``) whose text is
     ``block``, decoded into ``out`` (a writable buffer of their size) when given; None if
-    anything is off (then ``read_chunk`` names the fault). ``hashed=False``: every check but
-    the chunks' SHA-256 (for a file whose own digest was verified)."""
+    anything is off (then ``read_chunk`` names the fault). ``hashed=False``, for a file whose
+    own digest was verified: the ch lines, base64 and CRC32C are checked, not the chunks'
+    SHA-256; line separators and parity nibbles only by that reread, which a CRC32C
+    mismatch triggers (a changed character always causes one)."""
     row = chunk_text_len(first, length)
     if len(block) != row * count:
         return None
