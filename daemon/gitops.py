@@ -68,6 +68,7 @@ __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 # HTTP(S) remotes also abort on their own below 1 byte/s for the stall time.
 _LOW_SPEED = ("-c", "http.lowSpeedLimit=1", "-c", "http.lowSpeedTime={stall}")
+_CUT_MARK = b"snapops: history cut in progress\n"   # our .keep files, and only ours
 
 
 def resolve_url(url: str) -> str:
@@ -669,10 +670,37 @@ class SnapshotRepo:
             self._run("reflog", "expire", "--expire=now", "--all", what="reflog expire")
             self._run("prune", "--expire=now", what="prune")
             if self._object_counts().get("packs", "0") != "0":
+                # Packs holding only kept objects are left as they are (a .keep for the
+                # repack): a dense run's shard packs are not all copied again every time.
                 # No new delta search (git's runs at ~15 MB/s, under the commit lock): the
                 # shard packs' deltas are kept where their bases are, the rest stored whole.
-                self._run("repack", "-a", "-d", "-q", "--window=0", what="repack")
+                marked = self._keep_reachable_packs()
+                try:
+                    self._run("repack", "-a", "-d", "-q", "--window=0", what="repack")
+                finally:
+                    for keep in marked:
+                        keep.unlink(missing_ok=True)
             return {"before": before, "after": self._object_bytes()}
+
+    def _keep_reachable_packs(self) -> list[Path]:
+        """Mark with a ``.keep`` file every pack whose objects are all still reachable (from
+        refs or the index), so that ``repack -a -d`` rewrites only packs holding something
+        to drop; returns the marks made (packs kept by anyone else are left alone)."""
+        listed = self._run("rev-list", "--objects", "--all", "--indexed-objects",
+                           what="rev-list --objects")
+        reachable = {line.split(" ", 1)[0] for line in listed.splitlines()}
+        marked = []
+        for idx in sorted((self.git_dir / "objects" / "pack").glob("pack-*.idx")):
+            keep = idx.with_suffix(".keep")
+            if keep.exists() and keep.read_bytes() == _CUT_MARK:
+                keep.unlink()   # left by a cut that was killed
+            if keep.exists() or not idx.with_suffix(".pack").exists():
+                continue
+            shown = self._run("show-index", data=idx.read_bytes(), what="show-index")
+            if {line.split()[1] for line in shown.splitlines()} <= reachable:
+                keep.write_bytes(_CUT_MARK)
+                marked.append(keep)
+        return marked
 
     def _shallow(self) -> list[str]:
         try:

@@ -425,3 +425,34 @@ def test_a_daemon_killed_while_packing_recovers_exactly(tmp_path):
     git("fsck", "--strict", cwd=env.repo)
     git("fsck", "--strict", cwd=bare)
     assert "of them as deltas" in env.log.read_text()
+
+
+def test_cutting_history_rewrites_only_packs_holding_something_to_drop(tmp_path):
+    """Dense generations are packed whole, one pack each: a history cut deletes the packs of
+    the dropped generations and leaves the kept ones as they are (not copied again)."""
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        rng = np.random.default_rng(8)
+        packs = {}
+        for gen in range(1, 5):
+            before = set((repo.git_dir / "objects/pack").glob("*.pack"))
+            (repo.path / "x").write_bytes(rng.bytes(2 << 20))
+            (repo.path / "same").write_bytes(b"unchanged\n")
+            packed = repo.pack_shards(["x", "same"])
+            repo.commit_generation(["x", "same"], f"gen {gen}", f"t/gen-{gen:06d}",
+                                   stored=dict(zip(packed.paths, packed.oids)))
+            new, = set((repo.git_dir / "objects/pack").glob("*.pack")) - before
+            packs[gen] = (new, new.stat().st_ino)
+        kept = {gen: git_bytes("cat-file", "blob", f"t/gen-{gen:06d}:x", cwd=repo.path)
+                for gen in (3, 4)}
+        (repo.git_dir / "objects/pack" / (packs[4][0].stem + ".keep")).write_bytes(
+            b"snapops: history cut in progress\n")                # a killed cut's mark
+        repo.forget_history(repo.tag_commit("t/gen-000003"), ["t/gen-000001", "t/gen-000002"])
+        left = set((repo.git_dir / "objects/pack").glob("*.pack"))
+        assert not {packs[1][0], packs[2][0]} & left
+        assert all(path.stat().st_ino == ino for path, ino in (packs[3], packs[4]))
+        # the one new pack holds what was loose (commits, trees, small files), no shard
+        assert all(p.stat().st_size < 64 << 10 for p in left - {packs[3][0], packs[4][0]})
+        assert not list((repo.git_dir / "objects/pack").glob("*.keep"))
+        for gen, data in kept.items():
+            assert git_bytes("cat-file", "blob", f"t/gen-{gen:06d}:x", cwd=repo.path) == data
+        git("fsck", "--strict", cwd=repo.path)
