@@ -53,13 +53,13 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 import git
 
-from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError, PushError
 from snapops.formats.gitcmd import GitExit, GitResult, run_git
 
 from .shardpack import (
     CONVERSIONS, MIN_SIZE, Candidate, ShardPack, converted, tip_blobs, write_shard_pack,
 )
+from .localhistory import add_shallow, object_bytes, object_counts, repack_dropping, shallow
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
@@ -68,7 +68,6 @@ __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 # HTTP(S) remotes also abort on their own below 1 byte/s for the stall time.
 _LOW_SPEED = ("-c", "http.lowSpeedLimit=1", "-c", "http.lowSpeedTime={stall}")
-_CUT_MARK = b"snapops: history cut in progress\n"   # our .keep files, and only ours
 
 
 def resolve_url(url: str) -> str:
@@ -657,68 +656,18 @@ class SnapshotRepo:
             if not self.is_ours(keep_from):
                 raise GitError(f"{self.path}: {keep_from} is not on {self.branch}; "
                                "history not cut")
-            before = self._object_bytes()
+            before = object_bytes(self._run)
             listed = self._run("for-each-ref", "--format=%(refname)", "refs/tags/")
             present = set(listed.splitlines())
             doomed = [ref for ref in (f"refs/tags/{t}" for t in drop_tags) if ref in present]
-            if not doomed and keep_from in self._shallow():
+            if not doomed and keep_from in shallow(self.git_dir):
                 return {"before": before, "after": before}  # cut here already
             if doomed:
                 self._run("update-ref", "--stdin", what="update-ref (drop old tags)",
                           data="".join(f"delete {ref}\n" for ref in doomed).encode())
-            self._add_shallow(keep_from)
+            add_shallow(self.git_dir, keep_from)
             self._run("reflog", "expire", "--expire=now", "--all", what="reflog expire")
             self._run("prune", "--expire=now", what="prune")
-            if self._object_counts().get("packs", "0") != "0":
-                # Packs holding only kept objects are left as they are (a .keep for the
-                # repack): a dense run's shard packs are not all copied again every time.
-                # No new delta search (git's runs at ~15 MB/s, under the commit lock): the
-                # shard packs' deltas are kept where their bases are, the rest stored whole.
-                marked = self._keep_reachable_packs()
-                try:
-                    self._run("repack", "-a", "-d", "-q", "--window=0", what="repack")
-                finally:
-                    for keep in marked:
-                        keep.unlink(missing_ok=True)
-            return {"before": before, "after": self._object_bytes()}
-
-    def _keep_reachable_packs(self) -> list[Path]:
-        """Mark with a ``.keep`` file every pack whose objects are all still reachable (from
-        refs or the index), so that ``repack -a -d`` rewrites only packs holding something
-        to drop; returns the marks made (packs kept by anyone else are left alone)."""
-        listed = self._run("rev-list", "--objects", "--all", "--indexed-objects",
-                           what="rev-list --objects")
-        reachable = {line.split(" ", 1)[0] for line in listed.splitlines()}
-        marked = []
-        for idx in sorted((self.git_dir / "objects" / "pack").glob("pack-*.idx")):
-            keep = idx.with_suffix(".keep")
-            if keep.exists() and keep.read_bytes() == _CUT_MARK:
-                keep.unlink()   # left by a cut that was killed
-            if keep.exists() or not idx.with_suffix(".pack").exists():
-                continue
-            shown = self._run("show-index", data=idx.read_bytes(), what="show-index")
-            if {line.split()[1] for line in shown.splitlines()} <= reachable:
-                keep.write_bytes(_CUT_MARK)
-                marked.append(keep)
-        return marked
-
-    def _shallow(self) -> list[str]:
-        try:
-            return (self.git_dir / "shallow").read_text().split()
-        except FileNotFoundError:
-            return []
-
-    def _add_shallow(self, commit: str) -> None:
-        # Older boundaries stay: another run's tag may still reach them.
-        lines = sorted(set(self._shallow()) | {commit})
-        atomic_write_bytes(self.git_dir / "shallow",
-                           "".join(f"{line}\n" for line in lines).encode())
-
-    def _object_counts(self) -> dict[str, str]:
-        out = self._run("count-objects", "-v", what="count-objects")
-        return dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-
-    def _object_bytes(self) -> int:
-        """Bytes of loose objects and packs on disk."""
-        counts = self._object_counts()
-        return 1024 * (int(counts.get("size", 0)) + int(counts.get("size-pack", 0)))
+            if object_counts(self._run).get("packs", "0") != "0":
+                repack_dropping(self.git_dir, self._run)
+            return {"before": before, "after": object_bytes(self._run)}

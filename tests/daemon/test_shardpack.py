@@ -19,6 +19,7 @@ import pytest
 
 from snapops.daemon.shardpack import Candidate, write_shard_pack
 from snapops.daemon.gitops import SnapshotRepo
+from snapops.daemon.localhistory import CUT_MARK
 from snapops.daemon.gitpack import BLOCK, IndexEntry, PackWriter, git_delta, index_bytes
 from snapops.formats.errors import GitError
 from tests.daemon.daemon_env import DaemonEnv
@@ -445,7 +446,7 @@ def test_cutting_history_rewrites_only_packs_holding_something_to_drop(tmp_path)
         kept = {gen: git_bytes("cat-file", "blob", f"t/gen-{gen:06d}:x", cwd=repo.path)
                 for gen in (3, 4)}
         (repo.git_dir / "objects/pack" / (packs[4][0].stem + ".keep")).write_bytes(
-            b"snapops: history cut in progress\n")                # a killed cut's mark
+            CUT_MARK)                                               # a killed cut's mark
         repo.forget_history(repo.tag_commit("t/gen-000003"), ["t/gen-000001", "t/gen-000002"])
         left = set((repo.git_dir / "objects/pack").glob("*.pack"))
         assert not {packs[1][0], packs[2][0]} & left
