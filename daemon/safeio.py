@@ -32,5 +32,14 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
     return fd
 
 
+StatKey = tuple[int, int, int, int, int, int]   # mode, size, mtime_ns, ctime_ns, inode, device
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    """What changes whenever anyone writes or replaces a file: a rename gives a new inode, a
+    write in place a new ctime (set by the kernel, not by the writer)."""
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a device",
           stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import os
-import stat
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from snapops.formats.errors import GitError
 from snapops.formats.integrity import git_blob_id
 
 from .gitpack import PackWriter, git_delta, index_bytes
+from .safeio import StatKey, open_regular, stat_key
 
 __all__ = ["CONVERSIONS", "MIN_SIZE", "Candidate", "ShardPack", "converted", "tip_blobs",
            "write_shard_pack"]
@@ -107,7 +107,7 @@ class _Prepared:
     path: str
     new: str                    # object id of the file's bytes
     size: int
-    key: tuple                  # the file's lstat key when it was hashed
+    key: StatKey                # the file's stat key when it was hashed
     old: str | None = None      # a delta's base (the tip's blob) ...
     base: BinaryIO | None = None   # ... in an unlinked temp file
     delta: bytes | None = None
@@ -117,21 +117,12 @@ class _Prepared:
             self.base.close()
 
 
-def _key(st: os.stat_result) -> tuple:
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 def _open_regular(path: Path) -> BinaryIO | None:
     """The daemon's own file, opened; a link, a folder or a FIFO put there is never read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.fdopen(open_regular(path), "rb")
     except OSError:
         return None
-    file = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        file.close()
-        return None
-    return file
 
 
 def _prepare(candidate: Candidate, worktree: Path, scratch: Path,
@@ -149,7 +140,8 @@ def _prepare(candidate: Candidate, worktree: Path, scratch: Path,
         new = git_blob_id(target)
         if new == candidate.tip or has_object(new):
             return None  # git reads its own copy: nothing to check, nothing to gain
-        prepared = _Prepared(candidate.path, new, len(target), _key(os.fstat(target_file.fileno())))
+        key = stat_key(os.fstat(target_file.fileno()))
+        prepared = _Prepared(candidate.path, new, len(target), key)
         if candidate.tip is None or candidate.dense:
             return prepared
         base_file = tempfile.TemporaryFile(dir=scratch)
@@ -282,10 +274,10 @@ def _add_whole(pack: PackWriter, worktree: Path, p: _Prepared) -> None:
     if file is None:
         raise GitError(f"{worktree / p.path}: no longer a regular file while packing")
     with file, mapped(file) as data:
-        if _key(os.fstat(file.fileno())) != p.key:
+        if stat_key(os.fstat(file.fileno())) != p.key:
             raise GitError(f"{worktree / p.path}: changed after it was hashed")
         pack.add_blob(p.new, data)
-        if _key(os.fstat(file.fileno())) != p.key:
+        if stat_key(os.fstat(file.fileno())) != p.key:
             raise GitError(f"{worktree / p.path}: changed while it was packed")
 
 

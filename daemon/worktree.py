@@ -18,16 +18,11 @@ from pathlib import Path
 from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.gitcmd import GitResult, run_git
 
+from .safeio import StatKey, stat_key
+
 
 def _git(repo: Path, *args: str, check: bool = True) -> GitResult:
     return run_git(args, cwd=repo, check=check, what=" ".join(args[:2]), where=str(repo))
-
-
-StatKey = tuple[int, int, int, int, int, int]   # mode, size, mtime_ns, ctime_ns, inode, device
-
-
-def _stat_key(st: os.stat_result) -> StatKey:
-    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def _entries(root: Path, paths: list[str]) -> dict[str, StatKey] | None:
@@ -44,7 +39,7 @@ def _entries(root: Path, paths: list[str]) -> dict[str, StatKey] | None:
         if stat.S_ISDIR(st.st_mode):
             stack += [f"{rel}/{entry.name}" for entry in os.scandir(root / rel)]
         elif stat.S_ISREG(st.st_mode):
-            found[rel] = _stat_key(st)
+            found[rel] = stat_key(st)
         else:
             return None
     return found
