@@ -37,7 +37,11 @@ def _entries(root: Path, paths: list[str]) -> dict[str, StatKey] | None:
         except FileNotFoundError:
             continue
         if stat.S_ISDIR(st.st_mode):
-            stack += [f"{rel}/{entry.name}" for entry in os.scandir(root / rel)]
+            try:
+                with os.scandir(root / rel) as entries:
+                    stack += [f"{rel}/{entry.name}" for entry in entries]
+            except OSError:  # gone or changed while listed: not what was recorded
+                return None
         elif stat.S_ISREG(st.st_mode):
             found[rel] = stat_key(st)
         else:

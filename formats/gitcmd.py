@@ -276,18 +276,18 @@ def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
 def _group_members(pgid: int, *, live: bool = True) -> dict[int, int]:
     """pid -> parent pid of the processes in group ``pgid`` (``live``: zombies left out)."""
     members = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    with os.scandir("/proc") as entries:
+        pids = [entry.name for entry in entries if entry.name.isdigit()]
+    for pid in pids:
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm)": state ppid pgrp
         if len(fields) > 2 and fields[2] == str(pgid).encode() \
                 and not (live and fields[0] == b"Z"):
-            members[int(entry.name)] = int(fields[1])
+            members[int(pid)] = int(fields[1])
     return members
 
 
@@ -296,10 +296,11 @@ def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
     try:
         with open(f"/proc/{pid}/io") as f:
             moved = sum(int(line.split()[1]) for line in f if line.startswith(("rchar", "wchar")))
-        for fd in os.scandir(f"/proc/{pid}/fd"):
-            target = os.readlink(fd.path)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
+        with os.scandir(f"/proc/{pid}/fd") as fds:
+            for fd in fds:
+                target = os.readlink(fd.path)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
     except (OSError, ValueError):
         pass
     return moved, inodes
