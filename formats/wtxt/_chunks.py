@@ -20,7 +20,7 @@ from ._heads import RunHeads, chunk_crcs, chunk_digests
 from ._plan import ENDCH, ChunkPlan, body_len, chunk_text_len
 from ._reader import LineReader
 
-BATCH_BYTES = 1 << 20
+BATCH_BYTES = 2 << 20         # raw bytes per decode task (1 MiB costs ~10% more CPU in handoffs)
 GROUP_LINES = 16384           # lines per piece when a single chunk is larger than BATCH_BYTES
 MAX_IN_FLIGHT = 4
 _ENDCH = np.frombuffer(ENDCH, np.uint8)
