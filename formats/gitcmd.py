@@ -298,7 +298,10 @@ def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
             moved = sum(int(line.split()[1]) for line in f if line.startswith(("rchar", "wchar")))
         with os.scandir(f"/proc/{pid}/fd") as fds:
             for fd in fds:
-                target = os.readlink(fd.path)
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:     # closed since it was listed
+                    continue
                 if target.startswith("socket:["):
                     inodes.add(target[8:-1])
     except (OSError, ValueError):
