@@ -39,12 +39,15 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
-                 before_replace: Callable[[Path], None] | None = None) -> Iterator[BinaryIO]:
+                 before_replace: Callable[[Path], None] | None = None,
+                 durable: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on clean exit it replaces ``path`` atomically and durably.
 
     On any error the temp file is removed and ``path`` is untouched, so a reader never sees a
     half-written file. ``before_replace(temp_path)`` runs after the fsync and may raise to
-    abort (e.g. to verify the content before it becomes visible).
+    abort (e.g. to verify the content before it becomes visible). ``durable=False`` leaves out
+    the fsyncs: still whole or absent for every reader, but not across a crash; only for
+    files that go with their private folder when the process ends (a throw-away cache).
 
     >>> with atomic_write("x.wtxt") as f:
     ...     _ = f.write(b"...")
@@ -62,7 +65,8 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         if before_replace is not None:
             before_replace(tmp)
         os.replace(tmp, target)
@@ -72,7 +76,8 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
         raise
     finally:
         os.close(owner)
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> str:

@@ -116,5 +116,7 @@ class LfsAccess:
             if self._root is None:
                 self._root = os.fspath(self.settings.cache) if self.settings.cache else \
                     tempfile.mkdtemp(prefix="lfs-", dir=self.repo.work)
-            self._stores[key] = ObjectStore(self._root, client)
+            # a cache of our own goes with the restore: no fsyncs (a given one is kept)
+            self._stores[key] = ObjectStore(self._root, client,
+                                            durable=bool(self.settings.cache))
         return self._stores[key]

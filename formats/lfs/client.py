@@ -134,13 +134,14 @@ class LfsClient:
         self.skipped += skipped
         return sent, skipped
 
-    def download(self, oid: str, size: int, dest: Path) -> Path:
-        """Object ``oid`` into ``dest`` (atomically), checked by size and SHA-256."""
+    def download(self, oid: str, size: int, dest: Path, *, durable: bool = True) -> Path:
+        """Object ``oid`` into ``dest`` (atomically), checked by size and SHA-256;
+        ``durable=False``: not fsync'd (a throw-away cache, see ``atomic_write``)."""
         (item,) = self.batch("download", [(oid, size)])
-        return self._get(oid, size, item, dest)
+        return self._get(oid, size, item, dest, durable)
 
     def download_many(self, objects: list[tuple[str, int]], dest: Callable[[str], Path],
-                      workers: int = TRANSFERS) -> None:
+                      workers: int = TRANSFERS, *, durable: bool = True) -> None:
         """Every ``(oid, size)`` into ``dest(oid)``, checked as :meth:`download` checks one:
         one batch call per ``BATCH_MAX`` objects, then ``workers`` downloads at a time (as
         git-lfs's ``lfs.concurrenttransfers``). The first failure is raised once the running
@@ -149,12 +150,12 @@ class LfsClient:
             chunk = objects[start:start + BATCH_MAX]
             items = self.batch("download", chunk)
             with ThreadPoolExecutor(max(1, workers), thread_name_prefix="lfs-get") as pool:
-                running = [pool.submit(self._get, oid, size, item, dest(oid))
+                running = [pool.submit(self._get, oid, size, item, dest(oid), durable)
                            for (oid, size), item in zip(chunk, items)]
             for done in running:
                 done.result()
 
-    def _get(self, oid: str, size: int, item: dict, dest: Path) -> Path:
+    def _get(self, oid: str, size: int, item: dict, dest: Path, durable: bool = True) -> Path:
         _raise_item_error(item, oid)
         action = (item.get("actions") or {}).get("download")
         if action is None:
@@ -175,7 +176,8 @@ class LfsClient:
                         with self._progress_lock:
                             self.progress(len(block))
                 out.flush()
-                os.fsync(out.fileno())
+                if durable:
+                    os.fsync(out.fileno())
             if got != size or h.hexdigest() != oid:
                 raise LfsError(f"LFS object {oid}: got {got} bytes with sha256 "
                                f"{h.hexdigest()}, expected {size} bytes")

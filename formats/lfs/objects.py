@@ -105,8 +105,15 @@ def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.nd
 
 
 class ObjectStore:
-    def __init__(self, root: str | os.PathLike, client: LfsClient | None = None) -> None:
+    """A folder of LFS objects and rebuilt shards, each named by its SHA-256. ``durable``:
+    files are fsync'd before they are renamed into place; a restore's private cache, removed
+    when the restore ends, passes False (nothing there has to outlive a crash: every file is
+    checked against its digest when it is used, and a crash loses the folder anyway)."""
+
+    def __init__(self, root: str | os.PathLike, client: LfsClient | None = None, *,
+                 durable: bool = True) -> None:
         self.root = Path(root)
+        self.durable = durable
         self.root.mkdir(parents=True, exist_ok=True)
         self.client = client
         self.fetched = 0        # objects downloaded by this store
@@ -179,7 +186,8 @@ class ObjectStore:
             return self.path(oid)
         if self.client is None:
             raise LfsError(f"LFS object {oid} is not cached and no LFS server is configured")
-        self.client.download(oid, size, self.path(oid))   # checked: its SHA-256 is the oid
+        self.client.download(oid, size, self.path(oid),   # checked: its SHA-256 is the oid
+                             durable=self.durable)
         self._remember(self.path(oid), oid)
         self.fetched += 1
         return self.path(oid)
@@ -191,7 +199,8 @@ class ObjectStore:
         if not missing or self.client is None:
             return
         try:
-            self.client.download_many(missing, self.path)   # each checked against its oid
+            self.client.download_many(missing, self.path,   # each checked against its oid
+                                      durable=self.durable)
         finally:
             for oid, size in missing:
                 if self.has(oid, size):
@@ -278,7 +287,8 @@ class ObjectStore:
                     check="residual-digest", expected=f"sha256={record.sha256}",
                     got=f"sha256={digest}")
 
-        with atomic_write(self.path(record.sha256), before_replace=check) as out:
+        with atomic_write(self.path(record.sha256), before_replace=check,
+                          durable=self.durable) as out:
             os.ftruncate(out.fileno(), longest)
             pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
             try:

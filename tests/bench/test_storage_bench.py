@@ -26,6 +26,8 @@ def test_storage_bench_reports_both_stores_from_a_real_daemon(tmp_path, capsys):
                 "restore_MBps", "paths"} <= set(run)
         assert run["request_to_pushed_s"]["median"] <= run["request_to_pushed_s"]["max"]
         assert run["restore_MBps"] > 0 and all(Path(p).exists() for p in run["paths"])
+        if run["store"] == "lfs":   # a throw-away cache and a kept one, both measured
+            assert run["restore_kept_cache_MBps"] > 0 and run["restore_cold_MBps"] > 0
     # LFS: a dense residual (an AdamW-like step) is well below a keyframe, sparse far below
     assert runs[("lfs", "dense_f32")]["stored_ratio_per_gen"] < 0.8
     assert runs[("lfs", "sparse_f32")]["stored_ratio_per_gen"] < 0.1

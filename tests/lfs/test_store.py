@@ -152,6 +152,20 @@ def test_a_residual_chain_of_changing_lengths_restores_exactly(tmp_path):
         assert store.shard(records[gen], records.get).read_bytes() == files[gen - 1]
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_only_a_durable_store_fsyncs_the_shards_it_rebuilds(tmp_path, monkeypatch, durable):
+    """A restore's private cache (``durable=False``) rebuilds the same bytes without fsyncs;
+    a kept cache fsyncs the rebuilt shard and its folder before the shard is visible."""
+    store = ObjectStore(tmp_path / "cache", durable=durable)
+    records, files = _chain(store, [40_000, 40_013, 39_990])
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    assert store.shard(records[3], records.get).read_bytes() == files[-1]
+    assert bool(synced) is durable
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
+
+
 @pytest.mark.parametrize("lengths,itemsizes", [
     ([4000, 4003, 3998, 4001, 4001, 4010], None),                # one run of five residuals
     ([4000, 4000, 4000, 4000], [2] * 4),
