@@ -11,11 +11,11 @@ generation after the first as a ratio to the raw bytes, request-to-pushed per ge
 fresh ``git clone`` of the run (pointers only for LFS), and the restore of the newest
 generation, verified as ``snapops restore`` verifies it (seal, file set, every shard's
 SHA-256, ledger, arrays; not each format's own deep verify, which the hooks run), in MB/s of
-raw bytes (LFS: ``restore_MBps`` with the objects
-in the local cache, the keyframe and residual chain applied, in a throw-away cache as
-``snapops restore`` keeps its own; ``restore_kept_cache_MBps`` the same in a kept cache,
-``--lfs-cache``, whose rebuilt shards are fsync'd; ``restore_cold_MBps`` fetching
-them into an empty cache first, bound by the LFS server's download speed). The git store
+raw bytes. LFS: ``restore_MBps`` with the objects in the local cache, the keyframe and
+residual chain applied, in a throw-away cache as ``snapops restore`` keeps its own;
+``restore_kept_cache_MBps`` the same in a kept cache (``--lfs-cache``: rebuilt shards are
+fsync'd); ``restore_cold_MBps`` fetching them into an empty cache first, bound by the LFS
+server's download speed. The git store
 writes WTXT (its default); the LFS store AERO. The bare remote is configured as ``snapops hooks
 install`` configures one (``receive.fsckObjects``, ``core.looseCompression 0``), without hooks.
 

@@ -13,6 +13,7 @@ tests share one remote and run in file order; the last one deletes objects from 
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -126,14 +127,20 @@ def test_python_api_from_url_and_local_bare_repository(remote, tmp_path, monkeyp
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    synced: list[str] = []                      # what was fsync'd, by path
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (
+        synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1])
     snap, skipped = snapops.latest_verified(remote.url, RUN, lfs_token_file=token)
     assert snap.meta["gen"] == GENS and skipped == [] and snap.meta["lfs_fetched"] == 4
     assert list(scratch.iterdir()) == []        # private repository and object cache removed
+    assert not [p for p in synced if p.startswith(str(scratch))]   # a throw-away cache
     cache = tmp_path / "cache"
     arrived: list[int] = []
     snap = snapops.load_generation(bare, RUN, gen=4, lfs_token_file=token, lfs_cache=cache,
                                    lfs_progress=arrived.append)
     assert snap.meta["lfs_fetched"] == 6 and snap["b"].tobytes() == weights(4)["b"].tobytes()
+    assert [p for p in synced if p.startswith(str(cache))]         # a kept one is durable
     manifests = remote.manifests()
     sizes = {s.object: s.object_size for m in manifests.values() for s in m.shards}
     chains = set().union(*(chain_objects(manifests, 4, s) for s in manifests[4].shards))
