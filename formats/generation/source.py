@@ -29,6 +29,7 @@ from snapops.formats.integrity import git_blob_id
 
 DEFAULT_MAX_BLOB = 4 << 30
 READ_BLOCK = 1 << 20
+KEEP_READ_MAX = 1 << 20   # small files a git source keeps once read (MANIFEST, ledger)
 FILE, SYMLINK, GITLINK, OTHER = "file", "symlink", "gitlink", "other"
 
 
@@ -144,6 +145,7 @@ class GitTreeSource:
         self.worktree = Path(worktree) if worktree is not None else None
         self._entries: dict[str, Entry] = {}
         self._kept: dict[str, Path] | None = {} if keep else None
+        self._read: dict[str, bytes] = {}   # a commit's tree never changes: read once
 
     @classmethod
     def staged(cls, git, scratch: str | os.PathLike, *, max_blob: int = DEFAULT_MAX_BLOB,
@@ -189,12 +191,18 @@ class GitTreeSource:
         return entry
 
     def read(self, path: str, limit: int) -> bytes:
-        entry = self._blob(path)
-        if entry.size is not None and entry.size > limit:
-            raise LimitError(path=path, expected=f"at most {limit} bytes",
-                             got=f"{entry.size} bytes")
-        with self.git.open_blob(entry.oid) as stream:
-            data = stream.read(limit + 1)
+        """The bytes of a small file (at most ``limit``); files up to ``KEEP_READ_MAX`` are
+        read from git once (a restore reads the MANIFEST in three places)."""
+        data = self._read.get(path)
+        if data is None:
+            entry = self._blob(path)
+            if entry.size is not None and entry.size > limit:
+                raise LimitError(path=path, expected=f"at most {limit} bytes",
+                                 got=f"{entry.size} bytes")
+            with self.git.open_blob(entry.oid) as stream:
+                data = stream.read(limit + 1)
+            if len(data) <= min(limit, KEEP_READ_MAX):
+                self._read[path] = data
         if len(data) > limit:
             raise LimitError(path=path, expected=f"at most {limit} bytes", got="more")
         return data

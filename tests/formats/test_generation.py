@@ -216,6 +216,20 @@ def test_git_tree_source_matches_the_folder(tmp_path, keys):
     report = verify_generation(source, "run1", opts(keys))
     assert report.ok, report.failure
     assert list(scratch.rglob("*.aero")) == []  # materialised blobs are removed again
+    opened: list[str] = []
+
+    class CountingGit(Git):
+        def open_blob(self, oid):
+            opened.append(oid)
+            return super().open_blob(oid)
+
+    counted = GitTreeSource(CountingGit(repo), "HEAD", scratch)
+    manifest = counted.read("snapshots/run1/MANIFEST", 1 << 20)
+    assert counted.read("snapshots/run1/MANIFEST", 1 << 20) == manifest and len(opened) == 1
+    with pytest.raises(FormatError, match="at most 10 bytes"):    # a kept read keeps limits
+        counted.read("snapshots/run1/MANIFEST", 10)
+    assert load_from_source(counted, "run1", options=opts(keys)).meta["gen"] == 1
+    assert opened.count(opened[0]) == 1     # the MANIFEST came out of git once in all
     small = GitTreeSource(Git(repo), "HEAD", scratch, max_blob=100)
     report = verify_generation(small, "run1", opts(keys))
     assert report.failure.check == "limit" and "snapops.maxBlobSize" in str(report.failure)
