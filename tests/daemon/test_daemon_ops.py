@@ -16,7 +16,7 @@ import numpy as np
 from snapops.config import load_config
 from snapops.daemon.lifecycle import COMMITTED, PUSHED
 from snapops.daemon.maintenance import history_cut
-from snapops.daemon.service import Daemon
+from snapops.daemon.service import STATUS_EVERY, Daemon
 from snapops.daemon.wal import Record, WalState, replay
 from snapops.formats.gitcmd import invocations
 
@@ -37,10 +37,14 @@ def wait_for(predicate, within: float = 60.0, what: str = "condition") -> None:
 
 
 def settled(daemon: Daemon, quiet: float = 1.0) -> bool:
-    """True once the daemon took no step for ``quiet`` seconds and owes no status rewrite."""
+    """True once the daemon took no step for ``quiet`` seconds, owes no status rewrite and
+    began none in that time (a rewrite clears the flag first, then writes: one still under
+    way would land later)."""
     steps = daemon.steps
     time.sleep(quiet)
-    return daemon.steps == steps and not daemon._status_dirty
+    last_write = daemon._status_due - STATUS_EVERY
+    return daemon.steps == steps and not daemon._status_dirty \
+        and time.monotonic() - last_write >= quiet
 
 
 def test_an_idle_daemon_does_no_work_on_file_activity_that_brings_nothing_new(tmp_path):
