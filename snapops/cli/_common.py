@@ -71,6 +71,17 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def work_folder(text: str) -> str:
+    """argparse type for ``--workdir``: the folder, created (with its parents) when missing;
+    a path that is not a folder, or cannot be made one, is a usage error."""
+    try:
+        os.makedirs(text, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text}: cannot create the folder ({exc.strerror or exc})") from None
+    return text
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, total: int | None = None, *, unit: str = "B",
                  enabled: bool = True) -> Iterator[Callable[[int], object] | None]:

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from ._common import add_command, add_group, parse_size, progress_bar
+from ._common import add_command, add_group, parse_size, progress_bar, work_folder
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,7 @@ def register(sub) -> None:
                        help=f"raw bytes of state (default {suite.default_size})")
         for flag_args, flag_kwargs in suite.flags:
             q.add_argument(*flag_args, **flag_kwargs)
-        q.add_argument("--workdir", help="folder for temporary files (default: $TMPDIR)")
+        q.add_argument("--workdir", type=work_folder,
+                       help="folder for temporary files, created if missing (default: $TMPDIR)")
         q.add_argument("--json", action="store_true", help="the full result as JSON")
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])

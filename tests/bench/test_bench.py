@@ -75,6 +75,21 @@ def test_formats_suite_runs_only_the_named_format(tmp_path, capsys):
     assert "fold:" in out and "aero:" not in out and "write_MBps" in out
 
 
+def test_a_missing_workdir_is_created_and_a_file_in_its_place_is_a_usage_error(tmp_path,
+                                                                               capsys):
+    made = tmp_path / "new" / "deeper"
+    assert main(["bench", "formats", "--size", "64KiB", "--format", "fold", "--workdir",
+                 str(made)]) == 0
+    assert made.is_dir() and list(made.iterdir()) == []
+    capsys.readouterr()
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(SystemExit, match="^2$"):
+        main(["bench", "formats", "--workdir", str(tmp_path / "file" / "x")])
+    err = capsys.readouterr().err
+    assert "--workdir" in err and "cannot create the folder (Not a directory)" in err
+    assert "Traceback" not in err
+
+
 def test_seal_suite_reports_delta_armor_and_signatures(tmp_path, capsys):
     r = _bench(capsys, "seal", "--size", "300KB", "--workdir", str(tmp_path))
     assert r["armor"]["size_bytes"] == 300_000 and r["armor"]["armored_bytes"] > 400_000
