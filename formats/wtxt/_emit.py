@@ -38,6 +38,7 @@ from ._grammar import (
 )
 from ._heads import RunHeads, chunk_digests
 from ._lines import body_len, encode_bodies
+from .logical import audit_caps
 from ._plan import ENDCH, ch_line_len, chunk_text_len
 from ._prepare import PreparedArray, WriteOptions
 
@@ -292,7 +293,8 @@ def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions,
     tune_allocator()
     gen, key = format_gen(opts.gen), opts.hmac_key
     meta = Meta(opts.schema, gen, ts, opts.build, opts.host, opts.cuda)
-    caps = expected_caps(key is not None, any(a.plan.rows_per_chunk is not None for a in arrays))
+    caps = expected_caps(key is not None, any(a.plan.rows_per_chunk is not None for a in arrays)) \
+        + audit_caps(opts.audit)
     head = f"{MAGIC.decode()}\n{meta.line()}\ncap ext={','.join(caps)}\n"
     root_len = len(ROOT_PENDING) + 1 if opts.streaming else ROOT_LINE_LEN
     sign_len = SIGN_LINE_LEN if opts.sign_key is not None else 0

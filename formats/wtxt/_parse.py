@@ -25,6 +25,7 @@ from ._grammar import (
     grammar_error, parse_arr, parse_cap, parse_idx, parse_meta, parse_root, row_size, check_caps,
 )
 from ._plan import ChunkPlan, plan_for
+from .logical import check_audit_binding, unbound_records
 from ._reader import LineReader, line_reader
 
 
@@ -200,6 +201,7 @@ class ParseResult:
     fastxor: str
     notes: list[str]
     root: Root | None = None
+    audit_unbound: str | None = None    # why the audit line's records are not authenticated
 
 
 class Lane:
@@ -343,6 +345,14 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     result = ParseResult(header, arrays, audit, total.hexdigest(), fx.hexdigest(), notes)
     check_caps(header.caps, any(not a.line.unauthenticated for a in arrays) if arrays else None,
                any(a.idx is not None for a in arrays), 3)
+    result.audit_unbound = check_audit_binding(
+        header.caps, audit, line=no - 1 if audit is not None else None,
+        signature_verified=header.signature is not None and bool(checks.trusted))
+    if result.audit_unbound is not None:
+        if require_signature:
+            raise unbound_records(result.audit_unbound, "signature")
+        notes.append("array names and dtypes from the audit line are not authenticated: "
+                     + result.audit_unbound)
     if checks.digests:
         check_root(result, checks)
     else:

@@ -24,6 +24,7 @@ from ._grammar import (
 )
 from ._reader import MappedLineReader
 from .index import IndexedArray, WtxtIndex, open_index
+from .logical import audit_caps
 from .verify import verify_file
 
 DELTA_MAGIC = re.compile(rb"WTXT-DELTA 2 base_sha256_all=([0-9a-f]{64})")
@@ -252,7 +253,8 @@ def _splice(bidx: WtxtIndex, parsed: ParsedDelta, dmap, sink: BinaryIO) -> None:
     blocked = any(a.info.idx is not None for a in bidx.arrays)
     if not bidx.arrays:
         hmac_used = "arr_hmac" in bidx.header.caps
-    caps = ",".join(expected_caps(hmac_used, blocked))
+    audit = parsed.audit[len(b"audit "):].decode("ascii") if parsed.audit is not None else None
+    caps = ",".join(expected_caps(hmac_used, blocked) + audit_caps(audit))
     sink.write(b"WTXT 1\n" + parsed.meta + b"\ncap ext=" + caps.encode() + b"\n" + parsed.root
                + b"\n")
     if parsed.sign is not None:

@@ -5,8 +5,14 @@ written with the documented reversible mapping ``.`` -> ``__``, marked by ``snap
 in the audit line; a name the mapping does not invert cleanly (one holding ``__``, ``-``, ``/``,
 non-ASCII...) is stored under a safe name and listed as ``stored=original`` (percent-encoded)
 after the marker. ``load`` returns the original names. Dtypes WTXT does not define are recorded
-as ``snapops_dtypes=...`` (see :mod:`snapops.formats.dtypes`). The audit line is bound by no
-hash or signature, which ``load``/``verify``/``inspect`` say when they use it.
+as ``snapops_dtypes=...`` (see :mod:`snapops.formats.dtypes`).
+
+The spec leaves the audit line outside every hash. So that a signature covers these records,
+a file carrying them also lists ``snapops_audit_sha256_<hex>`` in its ``cap`` line (an
+extension entry, which the spec allows and other readers ignore): the SHA-256 of the whole
+audit line. The cap line is signed, so with a verified signature the names and dtypes are
+bound; without one they are not, which ``load``/``verify`` say, and which fails a required
+signature or HMAC (:func:`check_audit_binding`).
 
 >>> stored, record = stored_names(["layer.0.weight", "step", "a-b"])
 >>> stored, record
@@ -28,6 +34,7 @@ from ._grammar import MAX_LINE, MAX_NAME
 from ._prepare import unmap_name
 
 NAMES_KEY = "snapops_names"
+AUDIT_CAP = "snapops_audit_sha256_"
 MARKER = "dots"
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _PAIR = re.compile(r'([A-Za-z0-9_]+)=("[ !#-~]*"|[!#-~]+)(?: |$)')
@@ -113,3 +120,47 @@ def compose_audit(user: str | None, names: str | None, dtypes: str | None) -> st
                         "many names WTXT cannot spell or dtypes it does not define; AERO, FOLD "
                         "and PyCauset keep any name and dtype as they are")
     return text
+
+
+def audit_line(audit: str | None) -> bytes:
+    """The audit line's bytes as the file holds them (empty when there is none)."""
+    return b"" if audit is None else f"audit {audit}".encode("ascii")
+
+
+def carries_records(audit: str | None) -> bool:
+    """The audit line holds snapops' own records (names or dtypes the reader applies)."""
+    return any(k in (NAMES_KEY, DTYPE_META_KEY) for k in audit_pairs(audit))
+
+
+def audit_caps(audit: str | None) -> list[str]:
+    """The cap extension entry binding ``audit`` (none when it carries no snapops records)."""
+    if not carries_records(audit):
+        return []
+    return [AUDIT_CAP + hashlib.sha256(audit_line(audit)).hexdigest()]
+
+
+def check_audit_binding(caps: list[str], audit: str | None, *, signature_verified: bool,
+                        line: int | None = None) -> str | None:
+    """Check the audit line against the digest the header records (FormatError if changed),
+    and say why the names and dtypes it carries are not authenticated (None: they are, or it
+    carries none). ``line``: the audit line's number, for messages."""
+    bound = [c for c in caps if c.startswith(AUDIT_CAP)]
+    if len(bound) > 1:
+        raise FormatError("more than one audit digest in the cap line", check="cap", line=3)
+    if bound and bound[0] != AUDIT_CAP + hashlib.sha256(audit_line(audit)).hexdigest():
+        raise FormatError("the audit line is not the one the header's digest names (changed "
+                          "after writing)", check="audit", line=line,
+                          expected=bound[0][len(AUDIT_CAP):][:16] + "...",
+                          got="no audit line" if audit is None else "another audit line")
+    if not carries_records(audit) or (bound and signature_verified):
+        return None
+    return ("no digest of it in the header (written before snapops bound it)" if not bound
+            else "no verified signature covers the header")
+
+
+def unbound_records(why: str, required: str) -> FormatError:
+    """The failure of a ``required`` signature or HMAC when the records are not bound."""
+    return FormatError(f"array names and dtypes come from the audit line, which nothing "
+                       f"authenticates here ({why}): a required {required} cannot vouch for "
+                       "them; verify with the signer's trusted key, or verify the generation "
+                       "(its signed MANIFEST binds names and dtypes)", check="audit")

@@ -23,6 +23,7 @@ from ._parse import (
 from ._plan import body_len
 from ._reader import LineReader
 from .index import open_index
+from .logical import check_audit_binding
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,11 @@ class LazyWtxt(ArrayMapping):
         self.size = self.index.size
         audit = self.index.audit
         self.audit = audit[len(b"audit "):].decode("ascii") if audit else None
+        try:   # a lazy reader checks no signature, but a changed audit line is refused
+            check_audit_binding(self.header.caps, self.audit, signature_verified=False)
+        except FormatError as exc:
+            self.index.close()
+            raise exc.located(self.path) from None
 
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
         line = self.infos[name].line

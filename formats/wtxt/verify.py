@@ -9,10 +9,11 @@ from ..errors import FormatError, SnapopsError
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..report import Report
 from ._parse import Checks, ParseResult, parse_stream
+from .logical import unbound_records
 from .wsum import wsum_path
 
 CHECKS = ["grammar", "signature", "parity", "base64", "crc32c", "chunk_sha256", "array_sha256",
-          "hmac", "cap", "sha256_all", "merkle", "fastxor"]
+          "hmac", "cap", "audit", "sha256_all", "merkle", "fastxor"]
 
 
 def verify_file(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
@@ -106,4 +107,6 @@ def hmac_requirement(result: ParseResult, checks: Checks,
     if unauth:
         return FormatError(check="hmac", array=unauth[0], expected="authenticated arrays",
                            got="hmac=0")
+    if result.audit_unbound is not None:
+        return unbound_records(result.audit_unbound, "HMAC")
     return None
