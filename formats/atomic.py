@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
+from .iosafe import open_input
+
 _TEMP = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{12}\.tmp")
 # a temp this fresh may be between its creation and its writer's flock: never touched
 _MIN_LEFTOVER_AGE = 2.0
@@ -247,7 +249,7 @@ def mapped(source: str | os.PathLike | BinaryIO) -> Iterator[bytes | memoryview]
         with mapped("shard.aero") as data:
             head = bytes(data[:8])
     """
-    with (open(source, "rb") if isinstance(source, (str, os.PathLike))
+    with (open_input(source) if isinstance(source, (str, os.PathLike))
           else contextlib.nullcontext(source)) as f:
         if os.fstat(f.fileno()).st_size == 0:
             yield b""

@@ -7,6 +7,8 @@ import hashlib
 import crc32c as _crc32c
 import numpy as np
 
+from .iosafe import open_input
+
 ZERO_HASH = "0" * 64
 
 
@@ -23,7 +25,7 @@ def file_sha256(path) -> str:
     """SHA-256 of a file's bytes, read in 4 MiB pieces (for checking a file someone else
     wrote; writers get their digest while writing, see ``atomic_write_digest``)."""
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         buf = bytearray(4 << 20)        # one buffer, refilled: no allocation per piece
         view = memoryview(buf)
         while n := f.readinto(buf):

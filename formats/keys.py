@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .atomic import atomic_write_bytes
-from .errors import KeyMaterialError
+from .errors import FormatError, KeyMaterialError
+from .iosafe import open_input
 
 _HMAC_HEX = re.compile(rb"[0-9a-f]{64}\n?")
 MAX_KEY_FILE = 64 * 1024
@@ -31,11 +32,16 @@ def read_key_file(path: str | os.PathLike, what: str) -> bytes:
     """
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_KEY_FILE:
-            raise KeyMaterialError(f"{p}: {what} file is larger than {MAX_KEY_FILE} bytes")
-        return p.read_bytes()
+        with open_input(p) as f:     # a regular file: a FIFO would block, /dev/zero not end
+            data = f.read(MAX_KEY_FILE + 1)
+    except FormatError as exc:
+        raise KeyMaterialError(f"{p}: cannot read {what}: "
+                               f"{(exc.message or '').removeprefix('cannot read: ')}") from None
     except OSError as exc:
         raise KeyMaterialError(f"{p}: cannot read {what}: {exc.strerror}") from exc
+    if len(data) > MAX_KEY_FILE:
+        raise KeyMaterialError(f"{p}: {what} file is larger than {MAX_KEY_FILE} bytes")
+    return data
 
 
 def load_hmac_key(path: str | os.PathLike) -> bytes:

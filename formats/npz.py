@@ -28,6 +28,7 @@ from .atomic import atomic_write_digest
 from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import DTYPES
 from .errors import DataError, FormatError, LimitError, TruncatedError
+from .iosafe import open_input
 from .limits import DEFAULT_LIMITS, DeclaredLimits, check_member, check_shape
 from .model import ArrayMapping, Snapshot
 from .report import Report
@@ -44,17 +45,44 @@ NPY_HEADER_ERRORS = ZIP_ERRORS + (tokenize.TokenError, RecursionError, MemoryErr
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
+class _OwnedZipFile(zipfile.ZipFile):
+    """A ZipFile on a file it was handed and closes with itself."""
+
+    def close(self) -> None:
+        owned = self.fp
+        try:
+            super().close()
+        finally:
+            if owned is not None:
+                owned.close()
+
+
+def open_zip(path: str) -> zipfile.ZipFile:
+    """``path`` as a zip archive read through ``open_input``: a regular file only (a FIFO
+    would block, ``/dev/zero`` would be read without end while looking for the central
+    directory); FormatError (``io``) otherwise, the archive's own errors as zipfile raises
+    them. Closing the archive closes the file."""
+    handle = open_input(path)
+    try:
+        return _OwnedZipFile(handle)
+    except BaseException:
+        handle.close()
+        raise
+
+
 class NpzArrays(ArrayMapping):
     """An open ``.npz``: member headers parsed; ``[name]`` reads one member (CRC checked)."""
 
     def __init__(self, path: str, limits: DeclaredLimits = DEFAULT_LIMITS) -> None:
         self.path, self.limits = path, limits
         try:
-            self.zip = zipfile.ZipFile(path)
+            self.zip = open_zip(path)
+        except FormatError:
+            raise
         except ZIP_ERRORS as exc:
             raise FormatError("not a readable .npz archive", path=path, got=str(exc)) from exc
         try:
-            self.size = os.path.getsize(path)
+            self.size = os.fstat(self.zip.fp.fileno()).st_size
             self.members = {i.filename[:-4]: i for i in self.zip.infolist()
                             if i.filename.endswith(".npy")}
             self.names = sorted(self.members)

@@ -27,7 +27,9 @@ from .atomic import atomic_write_digest
 from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import DTYPES
 from .errors import FormatError
+from .iosafe import open_input
 from .model import ArrayMapping, Snapshot
+from .npz import open_zip
 from .report import Report
 from .tensors import is_tensor, numpy_to_tensor, tensor_to_numpy
 
@@ -44,7 +46,9 @@ def read_state(path: str) -> tuple[dict[str, Any], dict]:
         warnings.simplefilter("always")                    # become part of its error
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True,
-                             mmap=zipfile.is_zipfile(path))
+                             mmap=_is_zip(path))
+        except FormatError:
+            raise
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
         except Exception as exc:  # torch's reader documents no error types for bad input
@@ -133,15 +137,24 @@ class Pt(SnapshotFormat):
     def _inspect(self, path: str) -> dict:
         arrays = PtArrays(path)
         return {"meta": dict(arrays.meta), "header": {"tensors": len(arrays.names),
-                                                      "zip": zipfile.is_zipfile(path)}}
+                                                      "zip": _is_zip(path)}}
+
+
+def _is_zip(path: str) -> bool:
+    """``path`` is a regular file (FormatError otherwise: a FIFO would block torch and
+    zipfile, a device would never end) holding a zip archive."""
+    with open_input(path) as f:
+        return zipfile.is_zipfile(f)
 
 
 def _check_crcs(path: str) -> None:
-    if not zipfile.is_zipfile(path):
+    if not _is_zip(path):
         return
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_zip(path) as archive:
             bad = archive.testzip()
+    except FormatError:
+        raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise FormatError("damaged zip", path=path, got=str(exc), check="crc32") from exc
     if bad is not None:

@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 from .contract import SnapshotFormat
-from .errors import FormatError, SnapopsError
+from .errors import ConfigError, FormatError, SnapopsError
+from .iosafe import open_input, shown, user_path
 from .report import Report
 
 SNIFF_BYTES = 64
@@ -37,6 +38,9 @@ HANDLER_MODULES = {
 
 def handler(name: str) -> SnapshotFormat:
     """The format called ``name`` (``wtxt``, ``aero``, ...)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"format: expected a format name ({', '.join(HANDLER_MODULES)}), "
+                          f"got {type(name).__name__}")
     try:
         module = importlib.import_module(HANDLER_MODULES[name])
     except KeyError:
@@ -51,14 +55,19 @@ def all_handlers() -> list[SnapshotFormat]:
 
 
 def detect(path: str | os.PathLike) -> SnapshotFormat:
-    """The format of ``path``: by magic bytes first, by suffix second."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", path=str(p)) from exc
-    return detect_head(head, p.name)
+    """The format of ``path``: by magic bytes first, by suffix second. A path that is not a
+    regular file (a FIFO, a device, a folder) or cannot be read is a FormatError (``io``)."""
+    return detect_head(read_head(path), Path(user_path(path)).name)
+
+
+def read_head(path: str | os.PathLike) -> bytes:
+    """The first :data:`SNIFF_BYTES` of the regular file ``path`` (see ``open_input``)."""
+    with open_input(path) as f:
+        try:
+            return f.read(SNIFF_BYTES)
+        except OSError as exc:
+            raise FormatError(f"cannot read: {exc.strerror}", path=shown(os.fspath(path)),
+                              check="io") from exc
 
 
 def detect_head(head: bytes, name: str) -> SnapshotFormat:
@@ -70,13 +79,14 @@ def detect_head(head: bytes, name: str) -> SnapshotFormat:
 
 
 def handler_for_suffix(path: str | os.PathLike) -> SnapshotFormat:
+    path = user_path(path)
     name = Path(path).name.lower()
     for h in all_handlers():
         if any(name.endswith(s) for s in h.suffixes):
             return h
     known = sorted({s for h in all_handlers() for s in h.suffixes})
     raise FormatError("unrecognised file type (neither its first bytes nor its suffix match a "
-                      "format)", path=str(path), expected=" or ".join(known),
+                      "format)", path=shown(path), expected=" or ".join(known),
                       got=Path(path).suffix or "no suffix")
 
 
@@ -91,7 +101,9 @@ def names_keeping(dtype: str) -> list[str]:
 
 def verify_any(path: str | os.PathLike, options=None, **fields) -> Report:
     """Verify any file, age-armored ones too (decrypted into a private temporary folder with
-    ``identity``); never raises for bad content, unknown types or unreadable files.
+    ``identity``); never raises for bad content, unknown types or unreadable files (a FIFO,
+    a device, a folder: ``not a regular file``); a path argument that is no path at all
+    (None, bytes, a NUL inside) is a ConfigError.
 
     >>> verify_any("/nonexistent.wtxt").failure.check
     'io'
@@ -100,13 +112,11 @@ def verify_any(path: str | os.PathLike, options=None, **fields) -> Report:
     from .contract import VerifyOptions, merge_options
 
     opts = merge_options(VerifyOptions, options, fields, "verify")
-    name = os.fspath(path)
+    name = user_path(path)
     try:
-        with open(name, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError as exc:
-        return Report(path=name, format="?").fail(
-            FormatError(expected="a readable file", got=exc.strerror, check="io", path=name))
+        head = read_head(name)
+    except FormatError as exc:
+        return Report(path=name, format="?").fail(exc)
     if is_armored(head):
         return _verify_armored(name, opts)
     try:

@@ -31,6 +31,7 @@ from .atomic import atomic_write_digest
 from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import dtype_name
 from .errors import DataError, FormatError, LimitError, TruncatedError
+from .iosafe import open_input
 from .model import ArrayMapping, Snapshot, close_map, raw_bytes
 from .report import Report
 
@@ -108,7 +109,7 @@ class SafetensorsFile(ArrayMapping):
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            with open(path, "rb") as handle:
+            with open_input(path) as handle:
                 self.size = os.fstat(handle.fileno()).st_size
                 self._mm = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) \
                     if self.size else None

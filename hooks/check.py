@@ -209,7 +209,7 @@ def parse_updates(text: str, null: str, *, push: bool) -> list[RefUpdate]:
         if not (_is_oid(old, null) and _is_oid(new, null)):
             raise FormatError("malformed hook input", check="input",
                               expected="<local ref> <local sha> <remote ref> <remote sha>"
-                              if push else "<old sha> <new sha> <ref>", got=line)
+                              if push else "<old sha> <new sha> <ref>", got=line[:120] if line.isprintable() else ascii(line[:120]))
         updates.append(RefUpdate(ref, None if old == null else old, None if new == null else new))
     return updates
 

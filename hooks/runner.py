@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Mapping, TextIO
 
-from snapops.formats.errors import ConfigError
+from snapops.formats.errors import ConfigError, LimitError
 
 from .check import Checker, Outcome, parse_updates
 from .gitio import Git
@@ -176,6 +176,21 @@ def run_range(git: Git, text: str, out: TextIO, *, hook: str = "ci",
     return render(outcomes, hook, out, cfg.verbose)
 
 
+MAX_UPDATES_INPUT = 64 << 20   # ref update lines on stdin; 100,000 refs take about 15 MiB
+
+
+def read_updates(stdin: TextIO) -> str:
+    """The ref update lines git writes to a hook's stdin, read as bytes (a hostile stream of
+    any bytes is parsed, and refused, line by line) and bounded (LimitError beyond
+    ``MAX_UPDATES_INPUT``)."""
+    source = getattr(stdin, "buffer", stdin)
+    data = source.read(MAX_UPDATES_INPUT + 1)
+    if len(data) > MAX_UPDATES_INPUT:
+        raise LimitError("hook input: more ref update lines than any push sends", check="input",
+                         expected=f"at most {MAX_UPDATES_INPUT} bytes on stdin", got="more")
+    return data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+
+
 def run_hook(name: str, args: list[str], *, repo: str = ".", stdin: TextIO | None = None,
              out: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
     """Dispatch ``snapops hook NAME ARGS...`` (what the installed scripts call)."""
@@ -184,9 +199,9 @@ def run_hook(name: str, args: list[str], *, repo: str = ".", stdin: TextIO | Non
     if name == "pre-commit":
         return run_pre_commit(git, out)
     if name == "pre-push":
-        return run_pre_push(git, args, stdin.read(), out)
+        return run_pre_push(git, args, read_updates(stdin), out)
     if name == "pre-receive":
-        return run_pre_receive(git, stdin.read(), out)
+        return run_pre_receive(git, read_updates(stdin), out)
     if name == "pre-commit-framework":
         return run_framework(git, os.environ if env is None else env, out)
     raise ValueError(f"unknown hook {name!r}")

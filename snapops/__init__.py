@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from snapops.formats import errors  # noqa: F401
 from snapops.formats.contract import VerifyOptions, WriteResult
 from snapops.formats.errors import FormatError, SnapopsError  # noqa: F401
+from snapops.formats.iosafe import user_path, write_error
 from snapops.formats.model import Snapshot
 from snapops.formats.report import Report
 
@@ -55,6 +56,7 @@ def load(path: str | os.PathLike, options: VerifyOptions | None = None,
     reading, ``require_signature``...)."""
     from snapops.formats.registry import detect
 
+    path = user_path(path)
     return detect(path).load(path, options, **fields)
 
 
@@ -70,8 +72,12 @@ def save(snapshot: Snapshot | Mapping[str, Any], path: str | os.PathLike, option
     """
     from snapops.formats.registry import handler, handler_for_suffix
 
-    chosen = handler(format) if format else handler_for_suffix(path)
-    return chosen.save(snapshot, path, options, **fields)
+    path = user_path(path)
+    chosen = handler(format) if format is not None else handler_for_suffix(path)
+    try:
+        return chosen.save(snapshot, path, options, **fields)
+    except OSError as exc:  # no such folder, the disk full or read-only: one line, typed
+        raise write_error(path, exc) from None
 
 
 def verify(path: str | os.PathLike, options: VerifyOptions | None = None,
@@ -81,11 +87,12 @@ def verify(path: str | os.PathLike, options: VerifyOptions | None = None,
     (``require_signature``, ``require_hmac``) fails closed and says what to do instead."""
     from snapops.formats.registry import verify_any
 
-    return verify_any(path, options, **fields)
+    return verify_any(user_path(path), options, **fields)
 
 
 def inspect(path: str | os.PathLike) -> dict:
     """The format's description and one ``arrays`` table (name, dtype, shape, bytes)."""
     from snapops.formats.registry import detect
 
+    path = user_path(path)
     return detect(path).inspect(path)

@@ -37,6 +37,7 @@ from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.gitcmd import run_git
+from snapops.formats.iosafe import PATH_MAX, shown, user_path
 from snapops.formats.lfs.access import read_record
 from snapops.formats.lfs.retention import RetentionRecord
 from snapops.formats.lfs.source import tag_manifests
@@ -92,8 +93,12 @@ def is_url(text: str) -> bool:
 def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
     """A local repository read in place, or a URL with a private temporary repository that
     receives shallow fetches (removed when the block ends)."""
-    target = os.fspath(repo_or_url)
-    if not target or target.startswith("-") or "\0" in target or "\n" in target:
+    # a str is checked here (its message redacted: it may be a URL with a password); anything
+    # else must be a path (None, bytes, a number: ConfigError naming the type)
+    target = repo_or_url if isinstance(repo_or_url, str) else user_path(repo_or_url,
+                                                                        "repository")
+    if not target or target.startswith("-") or any(c in target for c in "\0\n\r") \
+            or len(target) > PATH_MAX:
         raise ConfigError(f"{redact_url(target)[:200]!r}: expected a repository path or a URL")
     scheme = target.split("://", 1)[0].lower() if _SCHEME.match(target) else None
     if scheme is not None and scheme not in SCHEMES:
@@ -101,12 +106,12 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
                           f"expected one of {', '.join(SCHEMES)}")
     if not is_url(target):
         if not os.path.isdir(target):
-            raise ConfigError(f"{target}: not a repository (give a work tree, a bare repository "
-                              "or a URL)")
+            raise ConfigError(f"{shown(target)}: not a repository (give a work tree, a bare "
+                              "repository or a URL)")
         git = Git(target)
         if git.text("rev-parse", "--is-inside-work-tree", check=False) != "true" \
                 and git.text("rev-parse", "--is-bare-repository", check=False) != "true":
-            raise ConfigError(f"{target}: not a git repository")
+            raise ConfigError(f"{shown(target)}: not a git repository")
         with _private_folder() as work:
             yield Repository(git, None, target, work)
         return

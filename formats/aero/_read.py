@@ -20,6 +20,7 @@ import numpy as np
 from ..model import ArrayMapping, Snapshot, close_map
 from ..errors import (ChecksumError, FormatError, LimitError, TruncatedError,
                       UnsupportedVersionError)
+from ..iosafe import open_input
 from . import _decode, _hash
 from . import _spec as S
 from ._layout import align
@@ -371,7 +372,7 @@ class AeroFile(ArrayMapping):
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         try:
-            with open(self.path, "rb") as handle:
+            with open_input(self.path) as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size == 0:
                     raise TruncatedError("empty file", path=self.path, offset=0,

@@ -29,6 +29,7 @@ from ..dtypes import dtype_name
 from ..integrity import file_sha256
 from ..contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from ..errors import ChecksumError, DataError, FormatError, LimitError, UnsupportedVersionError
+from ..iosafe import open_input
 from ..model import ArrayMapping, Snapshot
 from ..report import Report
 from . import _decode
@@ -43,6 +44,40 @@ NATIVE = frozenset(dtype_name(dtype) for _, dtype in S.DTYPES.values())
 SET_NAME = "model.aeroset.json"
 INDEX_NAME = "index.aero"
 MAX_SET_JSON = 64 << 20
+
+
+def _member_names(json_path: Path, parts: int) -> tuple[str, list[str]]:
+    """The index file's and the parts' names of the set ``json_path``: ``index.aero`` and
+    ``part-NNN.aero`` for ``model.aeroset.json``, else prefixed with the set's name."""
+    stem = json_path.name[:-len(".aeroset.json")]
+    prefix = "" if json_path.name == SET_NAME else stem + "."
+    if "\\" in prefix:    # the reader refuses a backslash in a member path
+        raise DataError(f"AEROSET name {json_path.name!r}: expected a name without a backslash")
+    names = [f"{prefix}{INDEX_NAME}"] + [f"{prefix}part-{i:03d}.aero" for i in range(parts)]
+    for name in names:
+        if len(os.fsencode(name)) > 255:
+            raise DataError(f"AEROSET name {json_path.name[:40]!r}...: expected a shorter name "
+                            f"(its part file {name[:40]!r}... would exceed 255 bytes)")
+    return names[0], names[1:]
+
+
+def _listed_by_others(folder: Path, json_path: Path) -> dict[str, str]:
+    """File name -> the other set of ``folder`` whose JSON lists it (sets that cannot be read
+    list nothing)."""
+    listed: dict[str, str] = {}
+    try:
+        others = [p for p in folder.glob("*.aeroset.json") if p.name != json_path.name]
+    except OSError:
+        return listed
+    for other in others:
+        try:
+            with open_input(other) as f:
+                doc = parse_set(f.read(MAX_SET_JSON + 1), str(other))
+        except (OSError, FormatError):
+            continue
+        for entry in doc["parts"] + [doc["global_tidx"]]:
+            listed.setdefault(PurePosixPath(entry["path"]).as_posix(), other.name)
+    return listed
 
 
 def _paths(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -175,7 +210,7 @@ class AeroSet(ArrayMapping):
         self.folder, self.json_path = _paths(path)
         where = str(self.json_path)
         try:
-            with open(self.json_path, "rb") as f:   # read what is there, up to the bound
+            with open_input(self.json_path) as f:   # read what is there, up to the bound
                 data = f.read(min(os.fstat(f.fileno()).st_size, MAX_SET_JSON) + 1)
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..model import ArrayMapping, close_map
 from ..errors import FormatError, TruncatedError
+from ..iosafe import open_input
 from . import _spec as S
 from ._blocks import Block, decode, iter_blocks, zstd_bound
 from ._header import Sections, locate
@@ -102,7 +103,7 @@ class FinfFile(ArrayMapping):
         self._externals: dict[str, FinfFile] = {}
         self._decoded: dict[int, bytes] = {}
         try:
-            with open(self.path, "rb") as handle:
+            with open_input(self.path) as handle:
                 self.size = os.fstat(handle.fileno()).st_size
                 if self.size == 0:
                     raise TruncatedError("empty file", path=self.path, offset=0,

@@ -14,7 +14,8 @@ import threading
 
 import numpy as np
 
-from ..errors import FormatError, TruncatedError
+from ..errors import TruncatedError
+from ..iosafe import open_input
 from ..model import close_map
 
 
@@ -74,11 +75,7 @@ class FileSource:
 
 
 def _opened(path: str):
-    try:
-        return open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise FormatError("cannot read", path=path, check="io", expected="a readable file",
-                          got=exc.strerror) from exc
+    return open_input(path, buffering=0)
 
 
 def open_source(path: str, use_mmap: bool):

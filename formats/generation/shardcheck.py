@@ -14,6 +14,7 @@ from pathlib import Path
 from snapops.formats.contract import VerifyOptions
 from snapops.formats.dtypes import dtype_name
 from snapops.formats.errors import FormatError
+from snapops.formats.iosafe import open_input
 from snapops.formats.registry import SNIFF_BYTES, all_handlers, handler
 from snapops.formats.report import Report
 
@@ -24,7 +25,7 @@ AGE_SUFFIX = ".age"
 
 def detect_by_magic(local: Path):
     """The registered format whose magic bytes start the file, or None (no suffix fallback)."""
-    with open(local, "rb") as f:
+    with open_input(local) as f:
         head = f.read(SNIFF_BYTES)
     return next((h for h in all_handlers() if h.sniff(head)), None)
 

@@ -12,6 +12,7 @@ import zlib
 from typing import Any
 
 from ..errors import FormatError
+from ..iosafe import open_input
 from . import _spec as S
 from ._header import check_preamble, choose_active, read_slots
 from ._layout import layout_kind
@@ -28,7 +29,7 @@ def inspect_container(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     try:
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             size = os.fstat(handle.fileno()).st_size
             mm = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as exc:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..model import ArrayMapping, close_map
 from ..errors import FormatError, TruncatedError
+from ..iosafe import open_input
 from . import _spec as S
 from ._block import block_payload
 from ._codec import decode_metadata
@@ -82,7 +83,7 @@ class PycausetFile(ArrayMapping):
         self.path = os.fspath(path)
         self._mm: mmap.mmap | None = None
         try:
-            with open(self.path, "rb") as handle:
+            with open_input(self.path) as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size == 0:
                     raise TruncatedError("empty file", path=self.path, offset=0,

@@ -17,6 +17,7 @@ import pybase64
 
 from ..atomic import atomic_write
 from ..errors import DataError, FormatError
+from ..iosafe import open_input
 from ._chunks import ChunkReader
 from ._grammar import (
     AUDIT_RE, CH_RE, MAX_LINE, ROOT_RE, SIGN_RE, expected_caps, grammar_error, parse_arr,
@@ -226,7 +227,7 @@ def apply_delta(base: str | os.PathLike, delta: str | os.PathLike, out: str | os
             raise FormatError(f"delta result does not verify: {report.failure}",
                               path=os.fspath(out), check=report.failure.check)
 
-    with open_index(base) as bidx, open(delta, "rb") as df:
+    with open_index(base) as bidx, open_input(delta) as df:
         reader = MappedLineReader(df, max_line=MAX_LINE)
         try:
             try:

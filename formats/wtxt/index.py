@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import FormatError, TruncatedError
+from ..iosafe import open_input
 from ._chunks import BATCH_BYTES, ChunkReader, check_ch_line, decode_run
 from ._grammar import AUDIT_RE, MAX_LINE, ArrLine, grammar_error, lines_for
 from ._heads import RunHeads
@@ -120,11 +121,7 @@ class WtxtIndex:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        try:
-            self._file = open(self.path, "rb")
-        except OSError as exc:
-            raise FormatError(path=self.path, expected="a readable file",
-                              got=exc.strerror) from exc
+        self._file = open_input(self.path)
         try:
             self._reader = MappedLineReader(self._file, max_line=MAX_LINE)
             self._scan(self._reader)

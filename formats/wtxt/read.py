@@ -13,6 +13,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import ChecksumError, FormatError, TruncatedError
+from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..model import ArrayMapping, Snapshot
 from ._grammar import MAX_LINE
@@ -47,10 +48,7 @@ class HeaderInfo:
 
 
 def _open(path):
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise FormatError(path=os.fspath(path), expected="a readable file", got=exc.strerror) from exc
+    return open_input(path)
 
 
 def read_header(source: str | os.PathLike | BinaryIO) -> HeaderInfo:

@@ -6,6 +6,7 @@ import os
 import re
 
 from ..errors import FormatError, SnapopsError
+from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
 from ..report import Report
 from ._parse import Checks, ParseResult, parse_stream
@@ -30,10 +31,9 @@ def verify_file(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None,
     """
     name = os.fspath(path)
     try:
-        stream = open(name, "rb")
-    except OSError as exc:
-        return Report(path=name, format="wtxt").fail(
-            FormatError(expected="a readable file", got=exc.strerror, check="io"))
+        stream = open_input(name)
+    except FormatError as exc:
+        return Report(path=name, format="wtxt").fail(exc)
     with stream:
         return verify_stream(stream, name, hmac_key=hmac_key, trusted_keys=trusted_keys,
                              require_hmac=require_hmac, require_signature=require_signature,

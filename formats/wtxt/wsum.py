@@ -10,6 +10,7 @@ from pathlib import Path
 import pybase64
 
 from ..errors import FormatError, LimitError, SignatureError
+from ..iosafe import open_input
 from ._grammar import Root
 
 WSUM_RE = re.compile(
@@ -60,8 +61,11 @@ def parse_wsum(data: bytes, path: str = "<wsum>") -> Wsum:
 def read_wsum(path: str | os.PathLike) -> Wsum:
     p = Path(path)
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
             data = f.read(MAX_WSUM + 1)
+    except FormatError as exc:
+        raise FormatError(path=str(p), check="wsum", expected="a readable WSUM file",
+                          got=exc.message) from None
     except OSError as exc:
         raise FormatError(path=str(p), check="wsum", expected="a readable WSUM file",
                           got=exc.strerror) from exc

@@ -22,7 +22,7 @@ import numpy as np
 
 from snapops.formats.errors import FormatError
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared, check_member
-from snapops.formats.npz import META_MEMBER, read_npy_header
+from snapops.formats.npz import META_MEMBER, open_zip, read_npy_header
 
 READ_BYTES = 1 << 20
 KEEP_BYTES = 16 << 20            # look-back window per member
@@ -35,12 +35,14 @@ def npz_members(path: str, limits: DeclaredLimits = DEFAULT_LIMITS
                 ) -> tuple[zipfile.ZipFile, dict[str, "NpzMember"]]:
     """The open archive and its arrays by name (member name without ``.npy``)."""
     try:
-        archive = zipfile.ZipFile(path)
+        archive = open_zip(path)    # a regular file only (never a FIFO, never /dev/zero)
+    except FormatError:
+        raise
     except _ZIP_ERRORS as exc:
         raise FormatError(path=path, expected="a readable .npz (zip) archive",
                           got=str(exc)) from exc
     try:
-        size = os.path.getsize(path)
+        size = os.fstat(archive.fp.fileno()).st_size
         members = {}
         for info in archive.infolist():
             if info.filename == META_MEMBER:        # snapops' metadata: see read_meta

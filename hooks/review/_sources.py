@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from snapops.formats.errors import FormatError, TruncatedError
+from snapops.formats.iosafe import open_regular, read_error
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared
 from snapops.formats.model import le_contiguous
 from snapops.formats.registry import detect
@@ -291,9 +292,9 @@ def _open_safetensors(path: str, rows_per_block: int | None, limits: DeclaredLim
     from snapops.formats.safetensors import MAX_HEADER, parse_header
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = open_regular(path, os.O_RDONLY, follow=True)   # a FIFO or device: refused
     except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror}", path=path, check="io") from exc
+        raise read_error(path, exc) from exc
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)

@@ -139,7 +139,7 @@ def test_missing_part(tmp_path):
     doc = json.loads(index.read_text())
     (index.parent / doc["parts"][-1]["path"]).unlink()
     assert aeroset.verify(index).failure.check == "aeroset"
-    with pytest.raises(FormatError, match=r"\[grammar\] cannot read: No such file"):
+    with pytest.raises(FormatError, match=r"\[io\] cannot read: No such file"):
         aeroset.load(index)
 
 

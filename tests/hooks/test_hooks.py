@@ -272,6 +272,15 @@ def test_hook_input_and_config_errors_exit_2(tmp_path, env):
     assert deleted.returncode == 0 and deleted.stderr == ""
     malformed = hook("old new refs/heads/main\n")
     assert malformed.returncode == 2 and "[input] malformed hook input" in malformed.stderr
+    binary = subprocess.run([SNAPOPS, "hook", "pre-receive"], cwd=bare.path, env=env,
+                            input=b"\xff\x1b[2J" + b"x" * 500 + b"\n", capture_output=True)
+    assert binary.returncode == 2 and b"Traceback" not in binary.stderr
+    assert b"malformed hook input" in binary.stderr and b"\x1b" not in binary.stderr
+    assert len(binary.stderr.splitlines()) == 1 and len(binary.stderr) < 400
+    with open("/dev/zero", "rb") as endless:       # never ends: refused after a bound
+        flood = subprocess.run([SNAPOPS, "hook", "pre-receive"], cwd=bare.path, env=env,
+                               stdin=endless, capture_output=True, text=True, timeout=120)
+    assert flood.returncode == 2 and "more ref update lines than any push sends" in flood.stderr
     bare.git("config", "snapops.requireHmac", "true")
     unset = hook(f"{'1' * 40} {'0' * 40} refs/heads/gone\n")
     assert unset.returncode == 2 and "snapops.hmacKey is not set" in unset.stderr
