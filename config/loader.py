@@ -30,6 +30,7 @@ MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max":
            "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0,
            "repo.keyframe_every": 1}
 
+META_TOKENS = {"snapshot.schema", "snapshot.build", "snapshot.host", "snapshot.cuda"}
 MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
 
@@ -137,6 +138,11 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}: expected >= {MINIMUM[key]}, got {value!r}")
     if key in MAXIMUM and value > MAXIMUM[key]:
         raise ConfigError(f"{key}: expected <= {MAXIMUM[key]}, got {value!r}")
+    if key in META_TOKENS:
+        from snapops.formats.contract import META_TOKEN     # the rule every format applies
+
+        if not META_TOKEN.test(value):
+            raise ConfigError(f"{key}: expected {META_TOKEN.expected}, got {value[:80]!r}")
     return value
 
 

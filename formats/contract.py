@@ -30,16 +30,21 @@ import types
 import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
 
 from .dtypes import (
-    DTYPE_META_KEY, DTYPES, decode_record, dtype_name, logical_note, restore_logical,
+    DTYPE_META_KEY, DTYPES, can_hold, decode_record, dtype_name, logical_note, restore_logical,
     store_logical, view_logical,
 )
 from .errors import ChecksumError, DataError, FormatError, SignatureError
+from .limits import DeclaredLimits
 from .model import ArrayMapping, Snapshot
+from .options import (  # noqa: F401  (re-exported: the formats import them from here)
+    GEN, META_TOKEN, UTC_TIME, WORKERS, ZSTD_LEVEL, CheckedOptions, KeyPath, Rule, TrustedKeys,
+    between, valid_token, valid_ts,
+)
 from .report import Report
 
 DTYPE_NOTE_KEY = "snapops_dtypes_note"
@@ -76,6 +81,10 @@ class Capabilities:
         """True when ``dtype`` (a :func:`.dtypes.dtype_name`) is stored as itself."""
         return self.any_dtype or dtype in self.native_dtypes
 
+    def holds(self, dtype: np.dtype) -> bool:
+        """True when an array of ``dtype`` round-trips (natively or through the record)."""
+        return self.any_dtype or can_hold(dtype, self.native_dtypes)
+
     @property
     def has_integrity(self) -> bool:
         return "data" in self.integrity
@@ -101,34 +110,35 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class SaveOptions:
-    """Write options every format accepts: kept in the file's own metadata when given."""
+class SaveOptions(CheckedOptions):
+    """Write options every format accepts: kept in the file's own metadata when given (None:
+    not given). Their rules are WTXT's, so every format keeps what any other can."""
 
-    gen: int | None = None
-    ts: str | None = None
-    build: str | None = None
+    gen: Annotated[int, GEN] | None = None
+    ts: Annotated[str, UTC_TIME] | None = None
+    build: Annotated[str, META_TOKEN] | None = None
 
     def common_meta(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in COMMON_META if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)
-class VerifyOptions:
+class VerifyOptions(CheckedOptions):
     """What ``verify`` (and ``load``) may be given, for every format.
 
     A requirement a format cannot meet (``require_signature`` on a format without signatures)
     fails closed; a key a format has no use for is named in a note.
     """
 
-    hmac_key: Any = None            # bytes or a key file
-    trusted_keys: tuple = ()        # public key files or folders
+    hmac_key: bytes | KeyPath | None = None
+    trusted_keys: TrustedKeys = ()
     require_signature: bool = False
     require_hmac: bool = False
-    wsum: str | None = None         # WTXT: the WSUM file of a streaming snapshot
-    identity: str | None = None     # age identity for armored files
+    wsum: KeyPath | None = None     # WTXT: the WSUM file of a streaming snapshot
+    identity: KeyPath | None = None  # age identity for armored files
     level: str = "full"             # AERO also knows "control"
-    workers: int | None = None
-    limits: Any = None              # a limits.DeclaredLimits (None: the defaults)
+    workers: Annotated[int, WORKERS] | None = None
+    limits: DeclaredLimits | None = None     # None: the defaults
 
 
 def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
@@ -140,12 +150,17 @@ def build_options(kind: type, values: Mapping[str, Any], what: str) -> Any:
     """
     allowed = [f.name for f in dataclasses.fields(kind)]
     for key in values:
+        if not isinstance(key, str):
+            raise DataError(f"{what}: option names must be strings, got {key!r}")
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise DataError(f"{what}: unknown option {key!r}{hint}; allowed: "
                             f"{', '.join(allowed)}")
-    return kind(**values)
+    try:
+        return kind(**values)
+    except DataError as exc:
+        raise DataError(f"{what}: {exc}") from None
 
 
 def merge_options(kind: type, options: Any, fields: Mapping[str, Any], what: str) -> Any:
@@ -320,6 +335,10 @@ class SnapshotFormat(ABC):
             snap.arrays, caps.native_dtypes, self.title, self.dtype_record_limit)
         meta = {k: v for k, v in snap.meta.items() if k not in (DTYPE_META_KEY, DTYPE_NOTE_KEY)}
         meta.update(opts.common_meta())
+        try:        # gen/ts/build a snapshot carries (a loaded file's) obey the options' rules
+            SaveOptions(**{k: meta[k] for k in COMMON_META if k in meta})
+        except DataError as exc:
+            raise DataError(f"{self.name}: snapshot meta {exc}") from None
         if record:
             meta[DTYPE_META_KEY] = record
         return Snapshot(stored, meta)

@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import DataError, FormatError
+from .model import little_endian
 
 DTYPE_META_KEY = "snapops_dtypes"
 MAX_RECORD = 3800   # fits a WTXT audit line (4096 bytes) with room for the user's own pairs
@@ -42,8 +43,6 @@ _NUMPY = {
 DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in _NUMPY.items()}
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _UNSIGNED = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
-# formats that keep each non-WTXT dtype bit-exact without a side record (for messages)
-KEEPERS = "AERO, FOLD, PyCauset, safetensors and pt"
 
 
 def dtype_name(dtype: np.dtype) -> str:
@@ -56,6 +55,33 @@ def dtype_name(dtype: np.dtype) -> str:
     dtype = np.dtype(dtype)
     native = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
     return _NAMES.get(native, native.str)
+
+
+def dtype_label(dtype: np.dtype) -> str:
+    """How messages name ``dtype``: :func:`dtype_name` where that is readable, numpy's or
+    ml_dtypes' name otherwise (``float128``, ``int4``; both are ``<f16``/``<V1`` in
+    ``dtype.str``), ``structured [...]`` for a record.
+
+    >>> dtype_label(np.dtype(ml_dtypes.int4)), dtype_label(np.dtype([("a", "<i4")]))
+    ('int4', "structured [('a', '<i4')]")
+    """
+    dtype = np.dtype(dtype)
+    if dtype.names is not None:
+        return f"structured {dtype.descr}"
+    name = dtype_name(dtype)
+    return dtype.name if name not in DTYPES and dtype.kind in "fcV" else name
+
+
+def keepers(test, what: str) -> str:
+    """The phrase "FOLD, npz and pt keep {what}" naming the formats whose capabilities pass
+    ``test``, from the registry (so a message never names a format that would refuse too)."""
+    from .registry import all_handlers     # here: the registry imports every format
+
+    titles = [h.title for h in all_handlers() if test(h.capabilities)]
+    if not titles:
+        return f"no snapops format keeps {what}"
+    listed = titles[0] if len(titles) == 1 else ", ".join(titles[:-1]) + " and " + titles[-1]
+    return f"{listed} keep{'s' if len(titles) == 1 else ''} {what}"
 
 
 def numpy_dtype(name: str) -> np.dtype | None:
@@ -80,6 +106,13 @@ def unsigned_for(dtype: np.dtype) -> str | None:
     return _UNSIGNED.get(dtype.itemsize)
 
 
+def can_hold(dtype: np.dtype, native: frozenset[str]) -> bool:
+    """True when a format storing ``native`` dtypes keeps ``dtype`` (itself, or as the
+    same-width unsigned integer plus the record)."""
+    name = dtype_name(dtype)
+    return name in native or (name in DTYPES and unsigned_for(dtype) in native)
+
+
 def store_logical(arrays: Mapping[str, np.ndarray], native: frozenset[str], format_name: str,
                   limit: int | None = None) -> tuple[dict[str, np.ndarray], str | None]:
     """Arrays a format can write (dtypes outside ``native`` viewed as same-width unsigned
@@ -93,11 +126,13 @@ def store_logical(arrays: Mapping[str, np.ndarray], native: frozenset[str], form
         if dtype in native:
             stored[name] = array
             continue
-        carrier = unsigned_for(array.dtype)
-        if carrier is None or carrier not in native or dtype not in DTYPES:
-            raise DataError(f"array {name!r}: {format_name} cannot hold dtype {dtype} (holds "
-                            f"{', '.join(sorted(native))}); {KEEPERS} keep every numeric dtype")
-        stored[name] = array.view(DTYPES[carrier])
+        if not can_hold(array.dtype, native):
+            label = dtype_label(array.dtype)
+            raise DataError(f"array {name!r}: {format_name} cannot hold dtype {label} (holds "
+                            f"{', '.join(sorted(native))}); "
+                            + keepers(lambda caps: caps.holds(array.dtype), "it"))
+        # the carrier's bytes are read little-endian: a big-endian array is swapped first
+        stored[name] = little_endian(array).view(DTYPES[unsigned_for(array.dtype)])
         logical[name] = dtype
     return stored, encode_record(logical, stored, limit) if logical else None
 
@@ -117,14 +152,18 @@ def encode_record(logical: Mapping[str, str], stored: Mapping[str, np.ndarray],
         elif "" in names:        # "bf16=" would read back as no name at all
             raise DataError(f"an array with an empty name and dtype {dtype} cannot be listed "
                             "in the record of logical dtypes beside arrays of its stored "
-                            f"width; name it, or use {KEEPERS}")
+                            "width; name it, or use a format that stores it natively ("
+                            + keepers(lambda caps: caps.stores(dtype), "it") + ")")
         else:
             groups.append(f"{dtype}=" + ",".join(quote(n, safe="") for n in names))
     record = ";".join(groups)
     if limit is not None and len(record) > limit:
+        kinds = set(logical.values())
         raise DataError(f"the record of logical dtypes is {len(record)} bytes (limit "
-                        f"{limit}): too many mixed-dtype arrays for one file; {KEEPERS} "
-                        "keep them natively, or split the state into smaller files")
+                        f"{limit}): too many mixed-dtype arrays for one file; "
+                        + keepers(lambda caps: all(caps.stores(d) for d in kinds),
+                                  "them natively")
+                        + ", or split the state into smaller files")
     return record
 
 

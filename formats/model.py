@@ -7,7 +7,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, LimitError
+from .limits import DEFAULT_LIMITS
 
 
 @dataclass
@@ -28,21 +29,29 @@ class Snapshot:
     @classmethod
     def coerce(cls, obj: "Snapshot | Mapping[str, Any]") -> "Snapshot":
         """Accept a Snapshot or a plain mapping of name -> array-like (numpy arrays, torch
-        tensors of any dtype and device, scalars).
+        tensors of any dtype and device, scalars), checked the same way for every format:
+        names and meta keys are str of valid Unicode, values are arrays within the limits.
 
         >>> Snapshot.coerce({"step": 3})["step"].dtype
         dtype('int64')
         """
         if isinstance(obj, Snapshot):
-            return obj
-        if not isinstance(obj, Mapping):
+            items, meta = obj.arrays, obj.meta
+        elif isinstance(obj, Mapping):
+            items, meta = obj, {}
+        else:
             raise DataError(f"expected a Snapshot or a mapping of arrays, got {type(obj).__name__}")
+        if not isinstance(items, Mapping) or not isinstance(meta, Mapping):
+            raise DataError("a Snapshot's arrays and meta must be mappings, got "
+                            f"{type(items).__name__} and {type(meta).__name__}")
         arrays = {}
-        for name, value in obj.items():
-            if not isinstance(name, str):
-                raise DataError(f"array names must be str, got {name!r}")
+        for name, value in items.items():
+            check_text(name, "array name")
             arrays[name] = as_numpy(value, name)
-        return cls(arrays)
+        for key, value in meta.items():
+            check_text(key, "meta key")
+            check_text(value, f"meta {key!r}", must_be_str=False)
+        return cls(arrays, dict(meta))
 
     @property
     def nbytes(self) -> int:
@@ -74,9 +83,31 @@ class Snapshot:
         return True
 
 
+def check_text(value: Any, what: str, must_be_str: bool = True) -> None:
+    """Refuse a value that is no str (when ``must_be_str``) and any str, also inside lists
+    and dicts, that is not valid Unicode (a lone surrogate cannot be written as UTF-8)."""
+    if must_be_str and not isinstance(value, str):
+        raise DataError(f"{what}s must be str, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(f"{what} {value!r} is not valid Unicode (a lone surrogate); "
+                            "expected text that encodes as UTF-8") from None
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_text(key, f"{what} key", must_be_str=False)
+            check_text(item, what, must_be_str=False)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_text(item, what, must_be_str=False)
+
+
 def as_numpy(value: Any, name: str = "?") -> np.ndarray:
     """Turn an array-like (numpy, a torch tensor of any dtype on any device, a scalar) into a
-    numpy array with the same dtype and bits (torch bf16 becomes ``ml_dtypes.bfloat16``).
+    numpy array with the same dtype and bits (torch bf16 becomes ``ml_dtypes.bfloat16``),
+    refusing what cannot be kept exactly and arrays larger than any reader accepts (before
+    anything is copied: a zero-stride view may claim terabytes).
 
     >>> import torch
     >>> as_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
@@ -84,22 +115,40 @@ def as_numpy(value: Any, name: str = "?") -> np.ndarray:
     """
     from .tensors import is_tensor, tensor_to_numpy
 
+    if isinstance(value, np.ma.MaskedArray):
+        raise DataError(f"array {name!r}: a masked array would lose its mask; pass "
+                        "a.filled(...), or its data and mask as two arrays")
     if isinstance(value, np.ndarray):
         array = value
     elif is_tensor(value):
         array = tensor_to_numpy(value, name)
     else:
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError):
+            raise DataError(f"array {name!r}: expected an array-like of one shape and "
+                            f"dtype, got a {type(value).__name__} numpy cannot make one "
+                            "array of (ragged?)") from None
     if array.dtype.hasobject:
         raise DataError(f"array {name!r}: object arrays are not supported")
+    limit = DEFAULT_LIMITS.max_bytes
+    if array.nbytes > limit:
+        raise LimitError(f"array {name!r} is larger than readers accept",
+                         expected=f"at most {limit} bytes (DeclaredLimits.max_bytes)",
+                         got=f"{array.nbytes} bytes")
+    return array
+
+
+def little_endian(array: np.ndarray) -> np.ndarray:
+    """``array`` with a little-endian dtype (the same array when it already has one)."""
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
+        return array.astype(array.dtype.newbyteorder("<"))
     return array
 
 
 def le_contiguous(array: np.ndarray) -> np.ndarray:
     """The array as C-contiguous little-endian data (a view when it already is)."""
-    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and np.little_endian is False):
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array)
+    return np.ascontiguousarray(little_endian(array))
 
 
 def raw_bytes(array: np.ndarray) -> memoryview:

@@ -12,7 +12,7 @@ The format has no integrity data: ``verify`` checks structure only, and says so.
 >>> _ = FORMAT.save({"w": np.ones((2, 2), ml_dtypes.bfloat16)}, "w.safetensors", gen=1)
 >>> snap = FORMAT.load("w.safetensors")
 >>> snap["w"].dtype.name, snap.meta["gen"]
-('bfloat16', '1')
+('bfloat16', 1)
 """
 
 from __future__ import annotations
@@ -142,6 +142,16 @@ class SafetensorsFile(ArrayMapping):
         close_map(mm)
 
 
+def snapshot_meta(meta: dict[str, str]) -> dict[str, Any]:
+    """``__metadata__`` as snapshot meta: ``gen`` (written as its decimal text, all values
+    are strings) comes back as the int it was."""
+    out: dict[str, Any] = dict(meta)
+    gen = out.get("gen")
+    if isinstance(gen, str) and gen.isascii() and gen.isdigit() and str(int(gen)) == gen:
+        out["gen"] = int(gen)
+    return out
+
+
 def plan(snapshot: Snapshot) -> tuple[bytes, list[str]]:
     """The header bytes (length prefix included) and the tensor order."""
     order = sorted(snapshot.arrays, key=lambda n: (-snapshot.arrays[n].dtype.itemsize,
@@ -189,13 +199,13 @@ class Safetensors(SnapshotFormat):
     def _load(self, path: str, options: VerifyOptions) -> Snapshot:
         f = SafetensorsFile(path)
         try:
-            return Snapshot({n: f.array(n) for n in f.names}, dict(f.meta))
+            return Snapshot({n: f.array(n) for n in f.names}, snapshot_meta(f.meta))
         finally:
             f.close()       # the map lives on while the arrays refer to it
 
     def _open(self, path: str) -> tuple[ArrayMapping, dict]:
         f = SafetensorsFile(path)
-        return f, dict(f.meta)
+        return f, snapshot_meta(f.meta)
 
     def _verify(self, path: str, options: VerifyOptions) -> Report:
         def check() -> tuple[int, int]:
@@ -208,7 +218,7 @@ class Safetensors(SnapshotFormat):
 
     def _inspect(self, path: str) -> dict:
         with SafetensorsFile(path) as f:
-            return {"file_size": f.size, "meta": dict(f.meta),
+            return {"file_size": f.size, "meta": snapshot_meta(f.meta),
                     "header": {"header_bytes": f.data_start - 8, "tensors": len(f.names)},
                     "arrays": [{"name": n, "data_offsets": list(f.entries[n][2:])}
                                for n in f.names]}

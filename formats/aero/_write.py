@@ -15,14 +15,14 @@ import os
 import uuid as uuidlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 import msgpack
 import numpy as np
 import zstandard
 
 from ..atomic import atomic_write_digest, writeback_starter
-from ..contract import SaveOptions
+from ..contract import WORKERS, ZSTD_LEVEL, SaveOptions, between
 from ..errors import DataError, LimitError
 from ..model import Snapshot, raw_bytes
 from . import _hash
@@ -45,21 +45,15 @@ class Options(SaveOptions):
     or a fixed UUID / 16 bytes), ``zstd_level`` (default 6), ``workers`` (hash threads).
     """
 
-    shard_max: int = S.DEFAULT_SHARD_MAX
+    shard_max: Annotated[int, between(1)] = S.DEFAULT_SHARD_MAX
     page_hashes: bool = False
-    page_size: int = S.PHSH_PAGE_SIZE_DEFAULT
+    page_size: Annotated[int, between(1, 1 << 40)] = S.PHSH_PAGE_SIZE_DEFAULT
     control_integrity: bool = True
     model_name: str | None = None
     architecture: str | None = None
     uuid: Any = None
-    zstd_level: int = S.DEFAULT_ZSTD_LEVEL
-    workers: int | None = None
-
-    def __post_init__(self) -> None:
-        if type(self.page_size) is not int or not 1 <= self.page_size <= 1 << 40:
-            raise DataError(f"page_size must be in 1..2**40, got {self.page_size}")
-        if type(self.shard_max) is not int or self.shard_max < 1:
-            raise DataError(f"shard_max must be a positive integer, got {self.shard_max!r}")
+    zstd_level: Annotated[int, ZSTD_LEVEL] = S.DEFAULT_ZSTD_LEVEL
+    workers: Annotated[int, WORKERS] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from ..atomic import atomic_write_bytes
 from ..dtypes import dtype_name
 from ..integrity import file_sha256
-from ..contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
+from ..contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult, between
 from ..errors import ChecksumError, DataError, FormatError, LimitError, UnsupportedVersionError
 from ..iosafe import open_input
 from ..model import ArrayMapping, Snapshot
@@ -92,7 +92,7 @@ class AerosetOptions(Options):
     """AERO options, plus ``part_shards``: WTSH shards per part file (default 4, as the
     reference writer)."""
 
-    part_shards: int = 4
+    part_shards: Annotated[int, between(1)] = 4
 
 
 def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOptions) -> dict:

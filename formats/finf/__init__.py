@@ -27,8 +27,10 @@ little`` spelled out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from ..contract import Capabilities, SaveOptions, SnapshotFormat, VerifyOptions, WriteResult
+from ..contract import (WORKERS, ZSTD_LEVEL, Capabilities, SaveOptions, SnapshotFormat,
+                        VerifyOptions, WriteResult, between)
 from ..dtypes import dtype_name
 from ..model import ArrayMapping, Snapshot
 from ..report import Report
@@ -58,11 +60,11 @@ class FinfOptions(SaveOptions):
     """
 
     compression: str | None = None
-    zstd_level: int = 3
+    zstd_level: Annotated[int, ZSTD_LEVEL] = 3
     checksum: bool = False
-    align: int = S.DEFAULT_ALIGN
-    reserve: int = S.DEFAULT_RESERVE
-    workers: int | None = None
+    align: Annotated[int, between(1, 1 << 20)] = S.DEFAULT_ALIGN
+    reserve: Annotated[int, between(0, 1 << 30)] = S.DEFAULT_RESERVE
+    workers: Annotated[int, WORKERS] | None = None
 
 
 class Finf(SnapshotFormat):

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from ..contract import Capabilities, SaveOptions, SnapshotFormat, VerifyOptions, WriteResult
+from ..contract import (WORKERS, ZSTD_LEVEL, Capabilities, SaveOptions, SnapshotFormat,
+                        VerifyOptions, WriteResult, between)
 from ..dtypes import DTYPES
 from ..model import ArrayMapping, Snapshot
 from ..report import Report
@@ -51,10 +52,10 @@ class FoldOptions(SaveOptions):
     """
 
     compression: str = "zstd"
-    level: int = 3
+    level: Annotated[int, ZSTD_LEVEL] = 3
     ecc: str | int | None = "none"
-    segment: int = A.SEGMENT
-    workers: int | None = None
+    segment: Annotated[int, between(1, MAX_CHUNK_SIZE)] = A.SEGMENT
+    workers: Annotated[int, WORKERS] | None = None
     created_at: float | None = None
 
 

@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..contract import GEN, META_TOKEN, UTC_TIME, valid_token, valid_ts
 from ..errors import DataError
 from ..model import Snapshot, le_contiguous
 from ._grammar import (
-    AUDIT_RE, ArrLine, MAX_ARRAY_BYTES, MAX_NAME, NAME, TOKEN, ZERO64, check_ts, default_rows_per_chunk,
-    wtxt_dtype,
+    AUDIT_RE, ArrLine, MAX_ARRAY_BYTES, MAX_NAME, NAME, ZERO64, default_rows_per_chunk, wtxt_dtype,
 )
 from ._plan import ChunkPlan, plan_for
 
-_TOKEN = re.compile(TOKEN)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -73,16 +72,16 @@ def unmap_name(name: str) -> str:
 
 
 def check_options(opts: WriteOptions) -> str:
-    """Validate options; return the resolved ts."""
+    """Validate options (by the rules every format's options share); return the resolved ts."""
     for key in ("schema", "build", "host", "cuda"):
         value = getattr(opts, key)
-        if not isinstance(value, str) or not _TOKEN.fullmatch(value.encode("ascii", "replace")):
-            raise DataError(f"{key}={value!r}: expected a token of [A-Za-z0-9._/+-]")
-    if not isinstance(opts.gen, int) or isinstance(opts.gen, bool) or opts.gen < 0:
-        raise DataError(f"gen={opts.gen!r}: expected an integer >= 0")
+        if not isinstance(value, str) or not valid_token(value):
+            raise DataError(f"{key}={value!r}: expected {META_TOKEN.expected}")
+    if not isinstance(opts.gen, int) or isinstance(opts.gen, bool) or not GEN.test(opts.gen):
+        raise DataError(f"gen={opts.gen!r}: expected {GEN.expected}")
     ts = opts.resolved_ts()
-    if not check_ts(ts):
-        raise DataError(f"ts={ts!r}: expected UTC time as YYYY-MM-DDTHH:MM:SSZ")
+    if not valid_ts(ts):
+        raise DataError(f"ts={ts!r}: expected {UTC_TIME.expected}")
     if opts.merkle_prev is not None and not _HEX64.fullmatch(opts.merkle_prev):
         raise DataError("merkle_prev: expected 64 lowercase hex digits")
     if opts.rows_per_chunk is not None and (not isinstance(opts.rows_per_chunk, int)

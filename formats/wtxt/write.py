@@ -12,14 +12,18 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Annotated, BinaryIO
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..atomic import DigestingFile, atomic_write_bytes, atomic_write_digest
-from ..contract import SaveOptions, WriteResult
+from ..contract import (COMMON_META, META_TOKEN, WORKERS, KeyPath, SaveOptions, WriteResult,
+                        between)
 from ..dtypes import DTYPE_META_KEY
 from ..keys import coerce_hmac_key, coerce_signing_key
 from ..model import Snapshot
 from . import _emit
+from ._grammar import MAX_ARRAY_BYTES
 from ._prepare import PreparedArray, WriteOptions, check_options, prepare_arrays
 from .logical import compose_audit, stored_names
 from .wsum import wsum_path
@@ -27,35 +31,37 @@ from .wsum import wsum_path
 
 @dataclass(frozen=True)
 class WtxtOptions(SaveOptions):
-    """WTXT writer options (the WTXT flags of ``snapops convert``).
+    """WTXT writer options (the WTXT flags of ``snapops convert``); ``gen`` and ``build``
+    not given are written as 0 and ``unknown``.
 
     ``hmac_key``/``sign_key``: key bytes/objects or key files; ``audit``: the user's
     ``key=value`` pairs (snapops adds its own ``snapops_*`` records after them).
     """
 
-    gen: int = 0
-    ts: str | None = None
-    build: str = "unknown"
-    schema: str = "weights/v1"
-    host: str = "cpu"
-    cuda: str = "off"
+    schema: Annotated[str, META_TOKEN] = "weights/v1"
+    host: Annotated[str, META_TOKEN] = "cpu"
+    cuda: Annotated[str, META_TOKEN] = "off"
     merkle_prev: str | None = None
     row_blocking: bool = False
-    rows_per_chunk: int | None = None
-    hmac_key: Any = None
-    sign_key: Any = None
+    rows_per_chunk: Annotated[int, between(1, MAX_ARRAY_BYTES)] | None = None
+    hmac_key: bytes | KeyPath | None = None
+    sign_key: Ed25519PrivateKey | KeyPath | None = None
     streaming: bool = False
     audit: str | None = None
-    threads: int = 2
+    threads: Annotated[int, WORKERS] = 2
 
 
 def prepare(snapshot: Snapshot, opts: WtxtOptions) -> tuple[list[PreparedArray], WriteOptions,
                                                             str]:
-    """Canonical write inputs: names mapped, records in the audit line, options checked."""
+    """Canonical write inputs: names mapped, records in the audit line, options checked;
+    gen/ts/build come from the snapshot's meta (where the contract put the options' ones).
+    Other meta keys have no place in WTXT and are not written (a restore's provenance, say)."""
     mapping, names_record = stored_names(snapshot.arrays)
     audit = compose_audit(opts.audit, names_record, snapshot.meta.get(DTYPE_META_KEY))
     fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(WriteOptions)
-              if hasattr(opts, f.name)}
+              if hasattr(opts, f.name) and f.name not in COMMON_META}
+    fields.update({k: snapshot.meta[k] for k in COMMON_META
+                   if snapshot.meta.get(k) is not None})
     writer = WriteOptions(**{**fields, "audit": audit, "map_names": False,
                              "hmac_key": coerce_hmac_key(opts.hmac_key),
                              "sign_key": coerce_signing_key(opts.sign_key)})

@@ -95,6 +95,7 @@ def test_config_layers_and_errors(tmp_path):
     for text, key in [('[snapshot]\nformat = "zip"\n', "snapshot.format"),
                       ('[snapshot]\nshard_max = "lots"\n', "snapshot.shard_max"),
                       ('[client]\nmax_in_flight = 0\n', "client.max_in_flight"),
+                      ('[snapshot]\nbuild = "v1 (rc)"\n', "snapshot.build: expected a token"),
                       ('[nope]\n', "nope"), ('[daemon]\ncolour = 1\n', "daemon.colour"),
                       ('[[repo.remote]]\nname = "a"\n', "repo.remote[0]"),
                       ('[snapshot\n', "invalid TOML")]:

@@ -185,7 +185,7 @@ def test_dtypes_wtxt_does_not_define_are_recorded(tmp_path, array, logical):
 def test_unsupported_dtypes_refused_by_name(tmp_path, array, match):
     with pytest.raises(DataError, match=match) as err:
         wtxt.save({"bad_one": array}, tmp_path / "x.wtxt", gen=1, ts=TS)
-    assert "bad_one" in str(err.value) and "AERO, FOLD, PyCauset" in str(err.value)
+    assert "bad_one" in str(err.value) and "FOLD" in str(err.value)
     assert not list(tmp_path.iterdir()), "no partial file may be left behind"
 
 
