@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -28,18 +30,21 @@ import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import remove_leftover_temps
-from snapops.formats.errors import DataError, SnapopsError
+from snapops.formats.errors import ConfigError, DataError, SnapopsError
 from snapops.formats.generation.plan import Shard
+from snapops.formats.tensors import tensor_to_numpy
 
 from .lifecycle import DROPPED, REQ, SPOOLED
 from .redact import redact_url
-from .spool import spool_name, write_spool
+from .spool import MAX_RANK, check_request, spool_name, write_spool
 from .wal import Wal, WalError, error_token, replay
 from .writers import WriterLock, retire_unfinished
 
 log = logging.getLogger("snapops.client")
 WAL_NAME = "wal.log"
-MAX_WORLD = 1_000_000         # writer ids are at most 6 digits
+MAX_WORLD = MAX_RANK + 1      # writer ids are at most 6 digits
+MAX_TIME = 253402300799       # 9999-12-31T23:59:59Z: the last time a spool's meta.ts can say
+NICE = (-20, 19)              # setpriority's range
 
 
 class SpoolFailed(SnapopsError):
@@ -49,6 +54,11 @@ class SpoolFailed(SnapopsError):
         self.failed = failed
         gens = ", ".join(str(gen) for gen, _ in failed)
         super().__init__(f"spool writer failed for gen {gens}: {failed[-1][1]}")
+
+
+class SpoolThreadDied(SnapopsError):
+    """The spool thread stopped on an unexpected error: this Snapshotter spools nothing more
+    (``close()`` it and open a new one); the generations it held are recorded DROPPED."""
 
 
 Boxes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]   # name -> (global shape, offsets)
@@ -98,9 +108,12 @@ def _state_items(state: Any):
     return state.items()
 
 
-def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[str], Boxes]:
+def pin(state: Any, pool: BufferPool, gen: int = 0, meta: dict | None = None
+        ) -> tuple[dict[str, np.ndarray], frozenset[str], Boxes]:
     """Copy every array (numpy, or torch on CPU/CUDA; a Shard's local part) into host buffers
-    the caller owns; returns them, the names of bf16 arrays and the boxes of the Shards."""
+    the caller owns; returns them, the names of bf16 arrays and the boxes of the Shards.
+    Before copying, the layout must pass the spool's own rules (:func:`check_request`) for
+    generation ``gen``: what the daemon would refuse is refused here, with DataError."""
     sources, bf16, boxes = {}, set(), {}
     for name, value in _state_items(state):
         if not isinstance(name, str):
@@ -109,17 +122,26 @@ def pin(state: Any, pool: BufferPool) -> tuple[dict[str, np.ndarray], frozenset[
             boxes[name] = (value.global_shape, value.offsets)
             value = value.local
         if hasattr(value, "detach") and hasattr(value, "cpu"):
-            sources[name], is_bf16 = _tensor_source(value)
-            if is_bf16:
-                bf16.add(name)
-            continue
-        array = np.asarray(value)
+            direct = _tensor_source(value)
+            if direct is not None:
+                sources[name], is_bf16 = direct
+                if is_bf16:
+                    bf16.add(name)
+                continue
+            value = tensor_to_numpy(value, name)  # what snapops.save does (DataError if not)
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError):
+            raise DataError(f"array {name!r}: expected an array or tensor, got "
+                            f"{type(value).__name__} that is no rectangular array") from None
         if array.dtype == ml_dtypes.bfloat16:  # travels as its bits, flagged in the spool
             array = array.view(np.uint16)
             bf16.add(name)
         elif array.dtype.hasobject or array.dtype.kind not in "biuf":
             raise DataError(f"array {name!r}: dtype {array.dtype} cannot be snapshotted")
         sources[name] = array
+    check_request(gen, [(n, _le(a.dtype).str, tuple(a.shape), n in bf16, boxes.get(n))
+                        for n, a in sources.items()], meta)
     layout = tuple((n, a.shape, _le(a.dtype).str) for n, a in sources.items())
     buffers = pool.take(layout) or {n: np.empty(a.shape, _le(a.dtype))
                                     for n, a in sources.items()}
@@ -144,10 +166,14 @@ def _copy(dst: np.ndarray, src) -> None:
 
 
 def _tensor_source(tensor):
-    """A numpy array (device tensors: copied to host) or a CPU tensor to copy from."""
+    """(a numpy array (device tensors: copied to host) or a CPU tensor to copy from, is bf16);
+    None for what takes the general conversion (sparse, quantized, meta, other dtypes)."""
     import torch
 
     t = tensor.detach()
+    if t.layout != torch.strided or t.is_quantized or t.device.type == "meta" or \
+            t.dtype not in _direct_dtypes(torch):
+        return None
     is_bf16 = t.dtype == torch.bfloat16
     if is_bf16:
         t = t.view(torch.int16)
@@ -157,6 +183,19 @@ def _tensor_source(tensor):
     if is_bf16:
         return _TensorRef(t, np.dtype(np.uint16)), True
     return _TensorRef(t, torch.empty((), dtype=t.dtype).numpy().dtype), False
+
+
+_DIRECT: frozenset = frozenset()
+
+
+def _direct_dtypes(torch) -> frozenset:
+    """torch dtypes that copy straight into a spool buffer (the spool's dtypes, and bf16)."""
+    global _DIRECT
+    if not _DIRECT:
+        _DIRECT = frozenset(getattr(torch, n) for n in (
+            "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+            "uint64", "uint32", "uint16", "uint8", "bool") if hasattr(torch, n))
+    return _DIRECT
 
 
 class _TensorRef:
@@ -195,6 +234,43 @@ def _torch_rank() -> tuple[int, int]:
     return 0, 1
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _timeout(timeout) -> float | None:
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or \
+            not 0 <= timeout <= threading.TIMEOUT_MAX:
+        raise DataError(f"timeout: expected seconds in 0..{threading.TIMEOUT_MAX:.0f} or None, "
+                        f"got {_short(timeout)}")
+    return float(timeout)
+
+
+def _spool_dir(spool_dir) -> Path:
+    """The spool folder, created if missing; ConfigError for what cannot be one."""
+    try:
+        path = os.fspath(spool_dir)
+    except TypeError:
+        path = None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"spool_dir: expected a folder path (str or os.PathLike), got "
+                          f"{_short(spool_dir)}")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"spool_dir {_short(path)}: expected a folder that exists or can be "
+                          f"created, got {why}") from None
+    return Path(path)
+
+
 class Snapshotter:
     """Hand generations to the snapops daemon without waiting for it.
 
@@ -223,13 +299,18 @@ class Snapshotter:
     def __init__(self, spool_dir: str | os.PathLike, *, max_in_flight: int = 2,
                  policy: str = "coalesce", spool_nice: int = 19, clock=time.time,
                  rank: int | None = None, world_size: int | None = None) -> None:
-        if policy not in ("coalesce", "block"):
-            raise DataError(f"policy: expected coalesce or block, got {policy!r}")
-        if max_in_flight < 1:
-            raise DataError("max_in_flight must be >= 1")
+        if not isinstance(policy, str) or policy not in ("coalesce", "block"):
+            raise DataError(f"policy: expected coalesce or block, got {_short(policy)}")
+        if not _is_int(max_in_flight) or max_in_flight < 1:
+            raise DataError(f"max_in_flight: expected an int >= 1, got {_short(max_in_flight)}")
+        if not _is_int(spool_nice) or not NICE[0] <= spool_nice <= NICE[1]:
+            raise ConfigError(f"spool_nice: expected an int in {NICE[0]}..{NICE[1]} (a nice "
+                              f"value), got {_short(spool_nice)}")
+        if not callable(clock):
+            raise ConfigError(f"clock: expected a callable returning seconds since the epoch "
+                              f"(like time.time), got {_short(clock)}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
-        self.spool_dir = Path(spool_dir)
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.spool_dir = _spool_dir(spool_dir)
         self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
         self.spool_nice = spool_nice
         self.writer = str(self.rank)
@@ -251,6 +332,9 @@ class Snapshotter:
         self._pending: collections.deque[Pinned] = collections.deque()
         self._busy = False
         self._closed = False
+        self._died: str | None = None  # what killed the spool thread
+        self._current: Pinned | None = None  # the generation it is writing
+        self._lost: list[int] = []     # the generations it held then
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="snapops-spool")
         self._thread.start()
@@ -258,9 +342,11 @@ class Snapshotter:
     def request(self, state: Any, gen: int) -> None:
         """Pin ``state`` as generation ``gen`` (> every earlier gen) and return."""
         if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
-            raise DataError(f"gen must be an int >= 0, got {gen!r}")
-        arrays, bf16, boxes = pin(state, self.pool)
-        ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+            raise DataError(f"gen must be an int >= 0, got {_short(gen)}")
+        with self._cond:
+            self._check_alive()
+        ts = self._timestamp()
+        arrays, bf16, boxes = pin(state, self.pool, int(gen), self._meta(ts))
         pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()), boxes)
         with self._cond:
             try:
@@ -270,11 +356,28 @@ class Snapshotter:
                 raise
             self._cond.notify_all()
 
+    def _timestamp(self) -> str:
+        try:
+            now = self.clock()
+        except Exception as exc:
+            raise ConfigError(f"clock() raised {type(exc).__name__}: {str(exc)[:80]}; expected "
+                              "seconds since the epoch") from exc
+        if not isinstance(now, numbers.Real) or isinstance(now, bool) or \
+                not (math.isfinite(now) and 0 <= now <= MAX_TIME):
+            raise ConfigError(f"clock() returned {_short(now)}: expected seconds since the epoch "
+                              f"(a real number in 0..{MAX_TIME})")
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(now)))
+
+    def _meta(self, ts: str) -> dict:
+        ranked = self.world_size > 1
+        return {"ts": ts, **({"rank": self.rank, "world": self.world_size} if ranked else {})}
+
     def _admit(self, pinned: Pinned) -> None:
         """Under the lock: order, room, the REQ record, coalescing; then queue ``pinned``."""
         self._check_request(pinned.gen)
         if self.policy == "block":
-            while len(self._pending) >= self.max_in_flight and not self._closed:
+            while len(self._pending) >= self.max_in_flight and not self._closed and \
+                    self._died is None:
                 self._cond.wait()
             self._check_request(pinned.gen)  # the world may have changed while waiting
         self._append_pending()
@@ -291,9 +394,17 @@ class Snapshotter:
     def _check_request(self, gen: int) -> None:
         if self._closed:
             raise SnapopsError("Snapshotter is closed")
+        self._check_alive()
         if gen <= self.last_gen:
             raise DataError(f"gen {gen} is not greater than the last requested gen "
                             f"{self.last_gen}")
+
+    def _check_alive(self) -> None:
+        """Under the lock: SpoolThreadDied once the spool thread is gone."""
+        if self._died is not None:
+            lost = f"; generations {self._lost} were not spooled" if self._lost else ""
+            raise SpoolThreadDied(f"the spool thread died ({self._died}){lost}: expected a "
+                                  "live spool thread, close() this Snapshotter and open a new one")
 
     def _append(self, event: str, gen: int, **fields) -> None:
         """Append a record; one that fails (disk full) is kept and appended again later."""
@@ -311,6 +422,26 @@ class Snapshotter:
             self._unrecorded.pop(0)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug or a broken environment: never a silent hang
+            reason = redact_url(f"{type(exc).__name__}: {exc}")[:200]
+            log.error("the spool thread died: %s", reason)
+            with self._cond:
+                self._died, self._busy = reason, False
+                lost = ([self._current] if self._current else []) + list(self._pending)
+                self._current, self._pending = None, collections.deque()
+                self._lost.extend(item.gen for item in lost)
+                self.failures.extend((item.gen, reason) for item in lost)
+                self._cond.notify_all()
+                try:
+                    for item in lost:
+                        self._append(DROPPED, item.gen, reason="spool_failed",
+                                     error=error_token(reason))
+                except Exception as record_exc:  # the daemon retires what stays unrecorded
+                    log.error("cannot record the lost generations: %s", record_exc)
+
+    def _loop(self) -> None:
         try:  # Linux: niceness is per thread; the training threads keep the CPU
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.spool_nice)
         except (OSError, AttributeError):
@@ -324,8 +455,10 @@ class Snapshotter:
                 item = self._pending.popleft()
                 self._busy = True
                 self._cond.notify_all()
+            self._current = item
             try:
                 self._spool(item)
+                self._current = None
             finally:
                 self.pool.give(item.arrays)
                 with self._cond:
@@ -336,7 +469,7 @@ class Snapshotter:
         """Write one generation and record SPOOLED; on failure record it DROPPED."""
         ranked = self.world_size > 1
         name = spool_name(item.gen, self.rank if ranked else None)
-        meta = {"ts": item.ts, **({"rank": self.rank, "world": self.world_size} if ranked else {})}
+        meta = self._meta(item.ts)
         try:
             size = write_spool(self.spool_dir / name, item.gen, item.arrays, meta, item.bf16,
                                item.boxes)
@@ -357,14 +490,17 @@ class Snapshotter:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every pinned generation is spooled; False on timeout. Raises SpoolFailed
-        (once) if generations could not be spooled since the last flush."""
+        (once) if generations could not be spooled since the last flush, SpoolThreadDied (every
+        time) once the spool thread is gone."""
+        timeout = _timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._pending or self._busy:
+            while (self._pending or self._busy) and self._died is None:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
+            self._check_alive()
             failed, self._unreported = self._unreported, []
         if failed:
             raise SpoolFailed(failed)
@@ -372,6 +508,7 @@ class Snapshotter:
 
     def close(self, timeout: float | None = None) -> None:
         """Spool everything still pinned, then stop the spool thread (raises like flush)."""
+        timeout = _timeout(timeout)
         try:
             self.flush(timeout)
         finally:

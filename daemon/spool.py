@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import atomic_write
-from snapops.formats.errors import FormatError, LimitError, TruncatedError
+from snapops.formats.errors import DataError, FormatError, LimitError, TruncatedError
 from snapops.formats.integrity import crc32c
 from snapops.formats.model import close_map
 
@@ -103,8 +103,10 @@ def write_spool(path: str | os.PathLike, gen: int, arrays: dict[str, np.ndarray]
             entry["bf16"] = True
         if boxes and entry["name"] in boxes:
             entry["global_shape"], entry["offsets"] = map(list, boxes[entry["name"]])
-    header = json.dumps({"gen": gen, "meta": meta or {}, "arrays": entries},
-                        separators=(",", ":"), sort_keys=True).encode("utf-8")
+    header = _header(gen, meta, entries)
+    if len(header) >= MAX_HEADER:   # the reader would refuse it: never write it
+        raise DataError(f"spool header of {len(header)} bytes: expected under {MAX_HEADER} "
+                        "(fewer or shorter array names)")
     head = MAGIC + header + b"\n"
     start = _align(len(head))
     with atomic_write(path) as out:
@@ -116,6 +118,63 @@ def write_spool(path: str | os.PathLike, gen: int, arrays: dict[str, np.ndarray]
             out.write(_bytes(array))
             at = entry["offset"] + entry["nbytes"]
     return start + at
+
+
+def _header(gen: int, meta: dict | None, entries: list[dict]) -> bytes:
+    return json.dumps({"gen": gen, "meta": meta or {}, "arrays": entries},
+                      separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+# One entry of a request as :func:`check_request` takes it: name, little-endian dtype string,
+# shape, bf16 flag, and (global_shape, offsets) for a rank's piece of a global array, else None.
+RequestEntry = tuple[str, str, tuple[int, ...], bool,
+                     "tuple[tuple[int, ...], tuple[int, ...]] | None"]
+_ENTRY_BOUND = 256    # bytes of an entry's JSON apart from its name and its size lists
+_DIM_BOUND = 21       # bytes of one size in a list: 19 digits ("<= 1 << 62"), a comma
+
+
+def check_request(gen, entries: list[RequestEntry], meta: dict | None = None) -> None:
+    """DataError unless a spool file holding these arrays as generation ``gen`` passes
+    :func:`parse_header`: the same rules (gen, names, dtypes, dimensions, boxes, number of
+    arrays, header size), checked before anything is copied. Costs O(arrays), never a pass
+    over the data."""
+    try:
+        _int(gen, "gen", MAX_GEN)
+        if len(entries) > MAX_ARRAYS:
+            raise _Bad("arrays", f"at most {MAX_ARRAYS} arrays", len(entries))
+        bound = 0
+        for name, dtype, shape, bf16, box in entries:
+            where = f"array {_short(name)}"
+            _check_array(name, dtype, shape, bf16, where)
+            if box is not None:
+                _check_box(tuple(shape), *map(list, box), where)
+            bound += _ENTRY_BOUND + 12 * len(name) + _DIM_BOUND * len(shape) * (3 if box else 1)
+        if bound >= MAX_HEADER - 4096 and len(_request_header(gen, entries, meta)) >= MAX_HEADER:
+            raise _Bad("spool header", f"under {MAX_HEADER} bytes (fewer or shorter array "
+                       "names)", f"{len(entries)} arrays")
+    except _Bad as exc:
+        raise DataError(exc.request_text()) from None
+
+
+def _request_header(gen: int, entries: list[RequestEntry], meta: dict | None) -> bytes:
+    """The header :func:`write_spool` would write (every CRC at its widest)."""
+    out, at = [], 0
+    for name, dtype, shape, bf16, box in entries:
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        entry = {"name": name, "dtype": dtype, "shape": list(shape), "offset": at,
+                 "nbytes": nbytes, "crc32c": 0xFFFFFFFF}
+        if bf16:
+            entry["bf16"] = True
+        if box is not None:
+            entry["global_shape"], entry["offsets"] = map(list, box)
+        out.append(entry)
+        at = _align(at + nbytes)
+    return _header(gen, meta, out)
+
+
+def _short(name) -> str:
+    text = repr(name)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Spool:
@@ -188,7 +247,20 @@ class Spool:
 
 
 class _Bad(ValueError):
-    """A header value out of bounds; turned into FormatError by :func:`parse_header`."""
+    """A header value out of bounds; turned into FormatError by :func:`parse_header` (and into
+    DataError by :func:`check_request`). ``_Bad(label, rule, got)`` reads ``label: rule, got
+    got``; :meth:`request_text` says it as ``label: expected rule, got got``."""
+
+    def __init__(self, label: str, rule: str | None = None, got: object = None) -> None:
+        self.label, self.rule, self.got = label, rule, got
+        super().__init__(self._text(""))
+
+    def _text(self, expected: str) -> str:
+        text = self.label if self.rule is None else f"{self.label}: {expected}{self.rule}"
+        return text if self.got is None else f"{text}, got {str(self.got)[:40]}"
+
+    def request_text(self) -> str:
+        return self._text("expected ")
 
 
 def parse_header(raw: bytes, path: str) -> tuple[int, dict, list[SpoolEntry]]:
@@ -259,7 +331,7 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
 
 def _int(value, what: str, high: int) -> int:
     if type(value) is not int or not 0 <= value <= high:
-        raise _Bad(f"{what}: an integer in 0..{high}, got {str(value)[:40]}")
+        raise _Bad(what, f"an integer in 0..{high}", value)
     return value
 
 
@@ -287,23 +359,31 @@ def _entry(e, index: int, offset: int) -> SpoolEntry:
         raise _Bad(f"{where}: keys {sorted(_ENTRY_KEYS)} and optionally "
                    f"{sorted(_OPTIONAL_KEYS)}")
     name, dtype, shape = e["name"], e["dtype"], e["shape"]
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or _CONTROL.search(name):
-        raise _Bad(f"{where}.name: 1 to {MAX_NAME} printable characters")
-    if dtype not in DTYPES:
-        raise _Bad(f"{where}.dtype: one of {sorted(DTYPES)}, got {str(dtype)[:20]}")
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
-        raise _Bad(f"{where}.shape: a list of at most {MAX_DIMS} sizes")
-    dims = tuple(_int(d, f"{where}.shape", 1 << 62) for d in shape)
+    bf16 = e.get("bf16", False)
+    dims = _check_array(name, dtype, shape, bf16, where, sep=".")
     nbytes = _int(e["nbytes"], f"{where}.nbytes", 1 << 62)
     if nbytes != int(np.prod(dims, dtype=object)) * np.dtype(dtype).itemsize:
         raise _Bad(f"{where}.nbytes: shape x itemsize")
     if _int(e["offset"], f"{where}.offset", 1 << 62) != offset:
         raise _Bad(f"{where}.offset: {offset} (arrays in order, 64-aligned, no gaps)")
-    bf16 = e.get("bf16", False)
-    if type(bf16) is not bool or (bf16 and dtype != "<u2"):
-        raise _Bad(f"{where}.bf16: a boolean, true only for <u2")
     return SpoolEntry(name, dtype, dims, offset, nbytes,
                       _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), bf16, *_box(e, dims, where))
+
+
+def _check_array(name, dtype, shape, bf16, where: str, sep: str = " ") -> tuple[int, ...]:
+    """The rules of one array's name, dtype, shape and bf16 flag (a header entry's, or a
+    request's: :func:`check_request`); returns the shape as a tuple."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or _CONTROL.search(name):
+        raise _Bad(f"{where}{sep}name", f"1 to {MAX_NAME} printable characters")
+    if dtype not in DTYPES:
+        raise _Bad(f"{where}{sep}dtype", f"one of {sorted(DTYPES)}", str(dtype)[:20])
+    if not isinstance(shape, (list, tuple)) or len(shape) > MAX_DIMS:
+        raise _Bad(f"{where}{sep}shape", f"a list of at most {MAX_DIMS} sizes",
+                   f"{len(shape)} sizes" if isinstance(shape, (list, tuple)) else None)
+    dims = tuple(_int(d, f"{where}{sep}shape", 1 << 62) for d in shape)
+    if type(bf16) is not bool or (bf16 and dtype != "<u2"):
+        raise _Bad(f"{where}{sep}bf16", "a boolean, true only for <u2")
+    return dims
 
 
 def _box(e: dict, dims: tuple[int, ...], where: str):
@@ -312,12 +392,15 @@ def _box(e: dict, dims: tuple[int, ...], where: str):
         raise _Bad(f"{where}: global_shape and offsets together")
     if "global_shape" not in e:
         return None, None
+    return _check_box(dims, e["global_shape"], e["offsets"], where, sep=".")
+
+
+def _check_box(dims: tuple[int, ...], global_shape, offsets, where: str, sep: str = " "):
     sizes = []
-    for key in ("global_shape", "offsets"):
-        value = e[key]
+    for key, value in (("global_shape", global_shape), ("offsets", offsets)):
         if not isinstance(value, list) or len(value) != len(dims):
-            raise _Bad(f"{where}.{key}: a list of {len(dims)} sizes")
-        sizes.append(tuple(_int(d, f"{where}.{key}", 1 << 62) for d in value))
+            raise _Bad(f"{where}{sep}{key}", f"a list of {len(dims)} sizes")
+        sizes.append(tuple(_int(d, f"{where}{sep}{key}", 1 << 62) for d in value))
     if any(o + n > g for g, o, n in zip(*sizes, dims)):
         raise _Bad(f"{where}: the piece at offsets {list(sizes[1])} does not fit in "
                    f"global_shape {list(sizes[0])}")

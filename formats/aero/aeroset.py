@@ -6,6 +6,11 @@ and ``part-NNN.aero`` files, each a standalone AERO file. Shard ids are global: 
 WTSH chunk ``weights.shard5`` of whichever part lists it. The JSON is written last, so a crash
 leaves the previous set readable.
 
+The JSON names its files, so several sets can share a folder: a set saved as
+``<name>.aeroset.json`` writes ``<name>.index.aero`` and ``<name>.part-NNN.aero`` (the default
+``model.aeroset.json`` keeps the plain names above). A save never overwrites a file another set
+in the folder lists (DataError); readers follow the JSON, whatever the names.
+
 >>> state = {f"layer.{i}.weight": np.full((4, 4), i, np.float32) for i in range(3)}
 >>> FORMAT.save(state, "out/model.aeroset.json", shard_max=64, part_shards=2).details["parts"]
 2
@@ -105,6 +110,13 @@ def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOption
     folder.mkdir(parents=True, exist_ok=True)
     prepared = prepare(snapshot)
     slots, shards = plan_tensors(prepared.specs, options.shard_max)
+    index_name, part_names = _member_names(json_path, -(-len(shards) // part_shards))
+    listed = _listed_by_others(folder, json_path)
+    for name in [index_name, *part_names]:
+        if name in listed:
+            raise DataError(f"{folder / name}: listed by the AEROSET {listed[name]} in the same "
+                            f"folder; expected a file of this set only (save it under another "
+                            f"name or into another folder)")
     hashes: list[bytes] = [b""] * len(slots)
     parts = []
     for pid in range(0, len(shards), part_shards):
@@ -112,14 +124,14 @@ def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOption
         order = [i for shard in group for i in shard.slots]
         local = {g: n for n, g in enumerate(order)}
         plans = [ShardPlan(s.shard_id, s.size, tuple(local[i] for i in s.slots)) for s in group]
-        name = f"part-{pid // part_shards:03d}.aero"
+        name = part_names[pid // part_shards]
         done = write_file(folder / name, [slots[i] for i in order], plans,
                           [prepared.buffers[i] for i in order], prepared.meta, options)
         for g, digest in zip(order, done["tensor_hashes"]):
             hashes[g] = digest
         parts.append({"path": name, "sha256": done["sha256"], "size_bytes": done["file_size"],
                       "shards": [s.shard_id for s in group]})
-    index_file = write_file(folder / INDEX_NAME, slots, [], [], prepared.meta, options,
+    index_file = write_file(folder / index_name, slots, [], [], prepared.meta, options,
                             tensor_hashes=hashes)
     meta = json.loads(json.dumps(prepared.meta))
     model = {"name": str(options.model_name if options.model_name is not None
@@ -127,7 +139,7 @@ def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOption
              "architecture": str(options.architecture if options.architecture is not None
                                  else meta.get("architecture", ""))}
     index = {"format": {"name": "AEROSET", "version": [0, 1]}, "model": model, "parts": parts,
-             "global_tidx": {"path": INDEX_NAME, "sha256": index_file["sha256"],
+             "global_tidx": {"path": index_name, "sha256": index_file["sha256"],
                              "size_bytes": index_file["file_size"]}}
     data = (json.dumps(index, indent=2) + "\n").encode()
     digest = atomic_write_bytes(json_path, data)

@@ -51,7 +51,12 @@ class Shard:
     def __post_init__(self) -> None:
         shape = _dims(self.global_shape, "global_shape")
         offsets = _dims(self.offsets, "offsets")
-        local = tuple(int(d) for d in getattr(self.local, "shape", ()))
+        local = getattr(self.local, "shape", None)
+        if not isinstance(local, tuple) or not all(isinstance(d, (int, np.integer))
+                                                   for d in local):
+            raise DataError(f"Shard: local: expected a numpy array or a torch tensor, got "
+                            f"{type(self.local).__name__}")
+        local = tuple(int(d) for d in local)
         if not len(shape) == len(offsets) == len(local):
             raise DataError(f"Shard: local shape {local}, global_shape {shape} and offsets "
                             f"{offsets} must have the same number of dimensions")
@@ -67,13 +72,22 @@ class Shard:
 
 
 def _dims(values, what: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(v) for v in values)
-    except (TypeError, ValueError):
-        raise DataError(f"Shard: {what} must be a sequence of integers, got {values!r}") from None
-    if any(d < 0 for d in dims) or any(isinstance(v, bool) for v in values):
-        raise DataError(f"Shard: {what} must be integers >= 0, got {values!r}")
+    """A tuple or list of real integers >= 0 (Python or numpy ints; never a bool, a float or a
+    string, which ``int()`` would quietly read as something else)."""
+    if not isinstance(values, (tuple, list)) or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in values):
+        raise DataError(f"Shard: {what}: expected a sequence of integers (tuple or list), got "
+                        f"{_short(values)}")
+    dims = tuple(int(v) for v in values)
+    if any(d < 0 for d in dims):
+        raise DataError(f"Shard: {what}: expected integers >= 0, got {_short(values)}")
     return dims
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
