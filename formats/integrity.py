@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import crc32c as _crc32c
 import numpy as np
@@ -26,7 +27,8 @@ def file_sha256(path) -> str:
     wrote; writers get their digest while writing, see ``atomic_write_digest``)."""
     h = hashlib.sha256()
     with open_input(path, buffering=0) as f:
-        buf = bytearray(4 << 20)        # one buffer, refilled: no allocation per piece
+        # one buffer, refilled; no larger than the file (zeroing 4 MiB per small file costs)
+        buf = bytearray(min(4 << 20, os.fstat(f.fileno()).st_size + 1))
         view = memoryview(buf)
         while n := f.readinto(buf):
             h.update(view[:n])          # hashlib releases the GIL

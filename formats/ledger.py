@@ -67,6 +67,7 @@ from typing import BinaryIO, Iterator
 
 from snapops.formats.atomic import fsync_dir
 from snapops.formats.errors import FormatError, LedgerError, LimitError, TruncatedError
+from snapops.formats.iosafe import open_input
 from snapops.formats.integrity import ZERO_HASH, merkle_link
 from snapops.formats.report import Report
 
@@ -368,9 +369,10 @@ class Ledger:
     @contextlib.contextmanager
     def _reading(self) -> Iterator[BinaryIO]:
         try:
-            stream = open(self.path, "rb")
-        except OSError as exc:
-            raise self._io_error(exc, "a readable ledger file") from exc
+            stream = open_input(self.path)
+        except FormatError as exc:
+            raise FormatError(path=self._name(), check="io", expected="a readable ledger file",
+                              got=exc.message) from None
         with stream:
             yield stream
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from snapops.formats.errors import ConfigError, FormatError, SnapopsError
+from snapops.formats.iosafe import open_input
 from snapops.formats.generation.manifest import (
     MAX_BYTES, ArrayRecord, Manifest, parse_manifest, valid_run,
 )
@@ -202,8 +203,10 @@ def folder_side(root: str | os.PathLike, run: str, label: str | None = None) -> 
 def manifest_file_side(path: str | os.PathLike) -> Side:
     """A MANIFEST file on its own (statistics only), wherever it lies."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             data = f.read(MAX_BYTES + 1)
+    except FormatError as exc:
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     manifest = parse_manifest(data, os.fspath(path))

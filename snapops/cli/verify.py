@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from snapops.formats.errors import ConfigError
+from snapops.formats.errors import ConfigError, FormatError
 from snapops.formats.contract import VerifyOptions
 from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
@@ -124,10 +124,13 @@ def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack)
 
 
 def _folder_lfsconfig(target: str, limit: int) -> bytes | None:
+    """The tree's ``.lfsconfig`` (at most ``limit`` bytes), None when it has no regular one."""
+    from snapops.formats.iosafe import open_input
+
     try:
-        with open(Path(target) / ".lfsconfig", "rb") as f:
+        with open_input(Path(target) / ".lfsconfig", follow=False) as f:
             return f.read(limit)
-    except OSError:
+    except (OSError, FormatError):
         return None
 
 

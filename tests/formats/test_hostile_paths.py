@@ -272,3 +272,17 @@ def test_open_regular_is_the_daemons_and_leaves_the_descriptor_blocking(tmp_path
 def test_user_path_accepts_str_and_pathlike():
     assert user_path("a.wtxt") == "a.wtxt"
     assert user_path(pathlib.Path("d") / "a.wtxt") == "d/a.wtxt"
+
+
+def test_a_ledger_or_manifest_that_is_a_fifo_is_refused_at_once(tmp_path):
+    os.mkfifo(tmp_path / "f.ledger")
+    (tmp_path / "snapshots" / "r").mkdir(parents=True)
+    os.mkfifo(tmp_path / "snapshots" / "r" / "MANIFEST")
+    ledger = run_isolated(tmp_path, CLI, "ledger", "verify", "f.ledger")
+    assert ledger.returncode == 1 and "Traceback" not in ledger.stderr
+    assert "f.ledger: [io] expected a readable ledger file, got not a regular file (a FIFO)" \
+        in ledger.stdout + ledger.stderr
+    from snapops.hooks.review.generation import manifest_file_side
+
+    with pytest.raises(ConfigError, match=r"MANIFEST: \[io\] not a regular file \(a FIFO\)"):
+        manifest_file_side(tmp_path / "snapshots" / "r" / "MANIFEST")
