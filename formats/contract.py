@@ -39,6 +39,7 @@ from .dtypes import (
     store_logical, view_logical,
 )
 from .errors import ChecksumError, DataError, FormatError, SignatureError
+from .iosafe import user_path
 from .limits import DeclaredLimits
 from .model import ArrayMapping, Snapshot
 from .options import (  # noqa: F401  (re-exported: the formats import them from here)
@@ -323,8 +324,9 @@ class SnapshotFormat(ABC):
     def save(self, snapshot: Snapshot | Mapping[str, Any], path: str | os.PathLike,
              options: Any = None, **fields: Any) -> WriteResult:
         """Write ``snapshot`` to ``path`` atomically; see the format's options class."""
+        name = user_path(path)
         opts = self.options(options, **fields)
-        return self._save(self.stored_snapshot(snapshot, opts), os.fspath(path), opts)
+        return self._save(self.stored_snapshot(snapshot, opts), name, opts)
 
     def stored_snapshot(self, snapshot: Snapshot | Mapping[str, Any], opts: Any) -> Snapshot:
         """What ``_save`` writes: arrays of native dtypes (others as same-width unsigned
@@ -349,11 +351,12 @@ class SnapshotFormat(ABC):
         (the default) every check ``verify`` makes holds before anything is returned, so a
         corrupt file is never converted or trained on (a demanded seal the format cannot have
         fails closed)."""
+        path = user_path(path)
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} load")
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
-            raise error.located(os.fspath(path))
-        snap = (self._load if verify else self._decode)(os.fspath(path), opts)
+            raise error.located(path)
+        snap = (self._load if verify else self._decode)(path, opts)
         if verify and not self.load_verifies:
             report = self.verify(path, opts)
             if report.failure is not None:
@@ -362,23 +365,24 @@ class SnapshotFormat(ABC):
         try:
             arrays, note = restore_logical(snap.arrays, str(record) if record else None)
         except FormatError as exc:
-            raise exc.located(os.fspath(path)) from None
+            raise exc.located(path) from None
         if note:
             snap.meta[DTYPE_NOTE_KEY] = note
         return Snapshot(arrays, snap.meta)
 
     def open_lazy(self, path: str | os.PathLike) -> LogicalArrays:
         """An ArrayMapping reading one array at a time (``names``, ``[name]``, ``meta``)."""
-        raw, meta = self._open(os.fspath(path))
-        return LogicalArrays(raw, meta, os.fspath(path))
+        name = user_path(path)
+        raw, meta = self._open(name)
+        return LogicalArrays(raw, meta, name)
 
     def verify(self, path: str | os.PathLike, options: Any = None, **fields: Any) -> Report:
         """Every check the format allows; never raises for bad content (``report.failure``)."""
+        name = user_path(path)
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} verify")
         if opts.level not in self.capabilities.verify_levels:
             raise DataError(f"{self.name} verify: level must be one of "
                             f"{', '.join(self.capabilities.verify_levels)}, got {opts.level!r}")
-        name = os.fspath(path)
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             return Report(path=name, format=self.name).fail(error)
@@ -392,7 +396,7 @@ class SnapshotFormat(ABC):
         """The format's own description plus one ``arrays`` table (name, dtype, shape,
         bytes, and the format's own columns) with dtypes spelled one way, and ``notes``.
         A file whose arrays cannot be opened keeps the format's own rows and says why."""
-        name = os.fspath(path)
+        name = user_path(path)
         info = self._inspect(name)
         info.setdefault("format", self.name)
         info.setdefault("path", name)

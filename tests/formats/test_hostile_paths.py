@@ -286,3 +286,14 @@ def test_a_ledger_or_manifest_that_is_a_fifo_is_refused_at_once(tmp_path):
 
     with pytest.raises(ConfigError, match=r"MANIFEST: \[io\] not a regular file \(a FIFO\)"):
         manifest_file_side(tmp_path / "snapshots" / "r" / "MANIFEST")
+
+
+@pytest.mark.parametrize("verb", ["load", "verify", "inspect", "open_lazy", "save"])
+def test_a_format_handler_called_directly_checks_its_path_too(verb):
+    from snapops.formats.registry import handler
+
+    for name in HANDLER_MODULES:
+        call = getattr(handler(name), verb)
+        args = ({"w": np.ones(2, np.float32)}, 5) if verb == "save" else (None,)
+        with pytest.raises(ConfigError, match=r"^path: expected a str or os.PathLike, got "):
+            call(*args)
