@@ -16,6 +16,7 @@ daemon commits a generation once every rank's part is spooled.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import math
 import numbers
@@ -30,8 +31,9 @@ import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import remove_leftover_temps
-from snapops.formats.errors import ConfigError, DataError, SnapopsError
+from snapops.formats.errors import ConfigError, DataError, SnapopsError, short_repr
 from snapops.formats.generation.plan import Shard
+from snapops.formats.iosafe import shown, user_path
 from snapops.formats.tensors import tensor_to_numpy
 
 from .lifecycle import DROPPED, REQ, SPOOLED
@@ -185,17 +187,12 @@ def _tensor_source(tensor):
     return _TensorRef(t, torch.empty((), dtype=t.dtype).numpy().dtype), False
 
 
-_DIRECT: frozenset = frozenset()
-
-
+@functools.cache
 def _direct_dtypes(torch) -> frozenset:
     """torch dtypes that copy straight into a spool buffer (the spool's dtypes, and bf16)."""
-    global _DIRECT
-    if not _DIRECT:
-        _DIRECT = frozenset(getattr(torch, n) for n in (
-            "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
-            "uint64", "uint32", "uint16", "uint8", "bool") if hasattr(torch, n))
-    return _DIRECT
+    return frozenset(getattr(torch, n) for n in (
+        "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+        "uint64", "uint32", "uint16", "uint8", "bool") if hasattr(torch, n))
 
 
 class _TensorRef:
@@ -238,36 +235,24 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _timeout(timeout) -> float | None:
     if timeout is None:
         return None
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or \
             not 0 <= timeout <= threading.TIMEOUT_MAX:
         raise DataError(f"timeout: expected seconds in 0..{threading.TIMEOUT_MAX:.0f} or None, "
-                        f"got {_short(timeout)}")
+                        f"got {short_repr(timeout)}")
     return float(timeout)
 
 
 def _spool_dir(spool_dir) -> Path:
     """The spool folder, created if missing; ConfigError for what cannot be one."""
-    try:
-        path = os.fspath(spool_dir)
-    except TypeError:
-        path = None
-    if not isinstance(path, str) or not path:
-        raise ConfigError(f"spool_dir: expected a folder path (str or os.PathLike), got "
-                          f"{_short(spool_dir)}")
+    path = user_path(spool_dir, "spool_dir")
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"spool_dir {_short(path)}: expected a folder that exists or can be "
-                          f"created, got {why}") from None
+    except OSError as exc:
+        raise ConfigError(f"spool_dir {shown(path)}: expected a folder that exists or can be "
+                          f"created, got {exc.strerror or exc}") from None
     return Path(path)
 
 
@@ -300,15 +285,15 @@ class Snapshotter:
                  policy: str = "coalesce", spool_nice: int = 19, clock=time.time,
                  rank: int | None = None, world_size: int | None = None) -> None:
         if not isinstance(policy, str) or policy not in ("coalesce", "block"):
-            raise DataError(f"policy: expected coalesce or block, got {_short(policy)}")
+            raise DataError(f"policy: expected coalesce or block, got {short_repr(policy)}")
         if not _is_int(max_in_flight) or max_in_flight < 1:
-            raise DataError(f"max_in_flight: expected an int >= 1, got {_short(max_in_flight)}")
+            raise DataError(f"max_in_flight: expected an int >= 1, got {short_repr(max_in_flight)}")
         if not _is_int(spool_nice) or not NICE[0] <= spool_nice <= NICE[1]:
             raise ConfigError(f"spool_nice: expected an int in {NICE[0]}..{NICE[1]} (a nice "
-                              f"value), got {_short(spool_nice)}")
+                              f"value), got {short_repr(spool_nice)}")
         if not callable(clock):
             raise ConfigError(f"clock: expected a callable returning seconds since the epoch "
-                              f"(like time.time), got {_short(clock)}")
+                              f"(like time.time), got {short_repr(clock)}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.spool_dir = _spool_dir(spool_dir)
         self.max_in_flight, self.policy, self.clock = max_in_flight, policy, clock
@@ -342,7 +327,7 @@ class Snapshotter:
     def request(self, state: Any, gen: int) -> None:
         """Pin ``state`` as generation ``gen`` (> every earlier gen) and return."""
         if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
-            raise DataError(f"gen must be an int >= 0, got {_short(gen)}")
+            raise DataError(f"gen must be an int >= 0, got {short_repr(gen)}")
         with self._cond:
             self._check_alive()
         ts = self._timestamp()
@@ -364,8 +349,8 @@ class Snapshotter:
                               "seconds since the epoch") from exc
         if not isinstance(now, numbers.Real) or isinstance(now, bool) or \
                 not (math.isfinite(now) and 0 <= now <= MAX_TIME):
-            raise ConfigError(f"clock() returned {_short(now)}: expected seconds since the epoch "
-                              f"(a real number in 0..{MAX_TIME})")
+            raise ConfigError(f"clock() returned {short_repr(now)}: expected seconds since the "
+                              f"epoch (a real number in 0..{MAX_TIME})")
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(now)))
 
     def _meta(self, ts: str) -> dict:

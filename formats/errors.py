@@ -155,3 +155,13 @@ class PushError(GitError):
 
 class LfsError(GitError):
     """A Git LFS request failed or was refused (a server outage is retried like a git one)."""
+
+
+def short_repr(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message that quotes a bad argument.
+
+    >>> short_repr("x" * 100)[-6:]
+    'xxx...'
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

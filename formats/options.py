@@ -30,7 +30,7 @@ from typing import Annotated, Any, Callable, Mapping, Sequence
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .errors import DataError
+from .errors import DataError, short_repr
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,7 @@ class CheckedOptions:
                 value = value.item()
                 object.__setattr__(self, name, value)
             if not _fits(value, hint):
-                shown = repr(value)
-                shown = shown if len(shown) <= 60 else shown[:57] + "..."
-                raise DataError(f"{name}={shown}: expected {_expected(hint)}")
+                raise DataError(f"{name}={short_repr(value)}: expected {_expected(hint)}")
 
 
 @functools.cache
