@@ -164,6 +164,11 @@ class _Counted:
     def read(self, path: str, limit: int) -> bytes:
         return self.inner.read(path, limit)
 
+    def release(self, path: str) -> None:
+        release = getattr(self.inner, "release", None)
+        if release is not None:
+            release(path)
+
     def hashed(self, local) -> str | None:
         known = getattr(self.inner, "hashed", None)
         return known(local) if known is not None else None

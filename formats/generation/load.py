@@ -142,6 +142,11 @@ class _Assembler:
             loaded = _load_shard(local, self.formats[shard_path], verify=not self.verified)
         for array in self.by_shard[shard_path]:
             _place(array, shard_path, loaded, self.out)
+        release = getattr(self.source, "release", None)   # a git source's kept copies
+        if release is not None:
+            for done in (f"{self.folder}/{shard_path}", wsum):
+                if done is not None:
+                    release(done)
 
     def load_rest(self) -> None:
         for shard_path in self.by_shard:

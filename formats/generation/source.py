@@ -239,6 +239,13 @@ class GitTreeSource:
             if self._kept is None or path not in self._kept:
                 target.unlink(missing_ok=True)
 
+    def release(self, path: str) -> None:
+        """Remove the kept copy of ``path`` (its reader is done with it): a restore frees
+        each shard's pages as it goes instead of all at once at the end (unlinking 356 MiB
+        took 40-50 ms of a 256 MiB restore's 0.6 s). Arrays still mapping it stay valid."""
+        target = self._kept.pop(path, None) if self._kept is not None else None
+        if target is not None:
+            target.unlink(missing_ok=True)
 
     def _materialise(self, entry: Entry, out) -> None:
         """The blob of ``entry`` into ``out``, at most its listed size."""

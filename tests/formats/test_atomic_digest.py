@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -66,3 +68,25 @@ def test_digest_before_finish_is_an_error(tmp_path):
     with open(tmp_path / "x.bin", "wb") as raw:
         with pytest.raises(RuntimeError, match="before the file was finished"):
             DigestingFile(raw).hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 3 * 4096 + 7])
+def test_file_sha256_over_windows_matches_sha256sum(tmp_path, monkeypatch, size):
+    from snapops.formats import integrity
+
+    monkeypatch.setattr(integrity, "_HASH_WINDOW", 4096)   # several windows, each unmapped
+    path = tmp_path / "f.bin"
+    path.write_bytes(np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes())
+    coreutils = subprocess.run(["sha256sum", str(path)], check=True, capture_output=True,
+                               text=True).stdout.split()[0]
+    assert integrity.file_sha256(path) == coreutils
+
+
+def test_file_sha256_refuses_a_fifo(tmp_path):
+    from snapops.formats.errors import FormatError
+    from snapops.formats.integrity import file_sha256
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(FormatError, match="regular file"):
+        file_sha256(fifo)

@@ -236,6 +236,34 @@ def test_git_tree_source_matches_the_folder(tmp_path, keys):
 
 
 @pytest.mark.parametrize("fmt", ["wtxt", "aero"])
+def test_a_kept_git_source_frees_each_shard_once_it_is_loaded(tmp_path, keys, fmt):
+    """A restore's source keeps each shard it copied out of git (verified, then decoded from
+    the same copy) and removes it once decoded: nothing is left in scratch, every shard came
+    out of git once, and the arrays (AERO's map their file) stay valid."""
+    repo = tmp_path / "repo"
+    commit_gen(repo, spec(keys, fmt), 1, state())
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen 1"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    copied: list[str] = []
+
+    class CountingGit(Git):
+        def blob_to(self, oid, out):
+            copied.append(oid)
+            return super().blob_to(oid, out)
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    source = GitTreeSource(CountingGit(repo), "HEAD", scratch, keep=True)
+    snap = load_from_source(source, "run1", options=opts(keys))
+    assert [p for p in scratch.rglob("*") if p.is_file()] == []
+    shards = parse_manifest((repo / "snapshots/run1/MANIFEST").read_bytes()).shards
+    assert sorted(copied) == sorted(set(copied)) and len(copied) >= len(shards)
+    for name, array in state().items():
+        assert snap[name].dtype == array.dtype and snap[name].tobytes() == array.tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["wtxt", "aero"])
 def test_a_shard_that_is_garbage_fails_by_its_digest_not_by_its_decoder(tmp_path, keys, fmt):
     """Shards are decoded while the generation is still being verified, each once its own
     digest matched: a shard no decoder can read is never handed to one, and the failure is
