@@ -64,7 +64,7 @@ class GenerationOptions:
     expect_prev: Any = _UNSET
     ledger: bool = True
     deep: bool = True
-    workers: int = 2
+    workers: int = 3                # shards checked at once (3 keeps 2 cores busiest)
     memo: dict | None = None
     retention: Any = None           # LFS store: the run's RetentionRecord (pruned generations)
     # called (from a worker thread) with a shard's path once its own check passed: a restore

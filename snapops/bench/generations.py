@@ -4,7 +4,7 @@
 For a model-like state of ``size`` raw bytes written as one signed, HMAC'd generation (32 MiB
 shards) in WTXT and in AERO, MB/s of raw array bytes and wall seconds of:
 
-* ``verify``: ``verify_generation`` of the work tree (2 workers, every check); next to it the
+* ``verify``: ``verify_generation`` of the work tree (3 shards at once, every check); next to it the
   floors it is made of, each on 2 threads: SHA-256 of every file, and every shard's own verify;
   and the same verifier without the formats' own verify (``deep=False``: sealed digests and
   the arrays' names, dtypes and shapes only);
