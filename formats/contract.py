@@ -35,8 +35,8 @@ from typing import Annotated, Any, Callable, ClassVar, Iterable, Mapping
 import numpy as np
 
 from .dtypes import (
-    DTYPE_META_KEY, DTYPES, can_hold, decode_record, dtype_name, logical_note, restore_logical,
-    store_logical, view_logical,
+    DTYPE_BOUND_KEY, DTYPE_META_KEY, DTYPES, can_hold, decode_record, dtype_name, logical_note,
+    restore_logical, store_logical, view_logical,
 )
 from .errors import ChecksumError, DataError, FormatError, SignatureError
 from .iosafe import user_path
@@ -362,8 +362,11 @@ class SnapshotFormat(ABC):
             if report.failure is not None:
                 raise report.failure
         record = snap.meta.pop(DTYPE_META_KEY, None)
+        # only a format that can sign can have a verified signature behind the record
+        bound = snap.meta.pop(DTYPE_BOUND_KEY, False) is True and self.capabilities.can_sign
         try:
-            arrays, note = restore_logical(snap.arrays, str(record) if record else None)
+            arrays, note = restore_logical(snap.arrays, str(record) if record else None,
+                                           bound=bound)
         except FormatError as exc:
             raise exc.located(path) from None
         if note:
@@ -438,7 +441,10 @@ class SnapshotFormat(ABC):
         try:
             with self.open_lazy(path) as lazy:
                 if lazy.note:
-                    report.notes.append(lazy.note)
+                    report.notes.append(logical_note(lazy.logical, bound=True)
+                                        if report.details.get(DTYPE_BOUND_KEY) is True
+                                        and self.capabilities.can_sign
+                                        else lazy.note)
         except FormatError as exc:
             report.fail(exc)
 

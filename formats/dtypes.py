@@ -30,6 +30,9 @@ from .errors import DataError, FormatError
 from .model import little_endian
 
 DTYPE_META_KEY = "snapops_dtypes"
+# set (True) in a loaded file's meta or a verify report's details by a format whose
+# verified signature covered the record (WTXT, through its audit binding)
+DTYPE_BOUND_KEY = "snapops_dtypes_bound"
 MAX_RECORD = 3800   # fits a WTXT audit line (4096 bytes) with room for the user's own pairs
 
 _NUMPY = {
@@ -193,17 +196,17 @@ def decode_record(record: str, stored: Mapping[str, np.ndarray]) -> dict[str, st
     return out
 
 
-def restore_logical(arrays: Mapping[str, np.ndarray], record: str | None
-                    ) -> tuple[dict[str, np.ndarray], str | None]:
+def restore_logical(arrays: Mapping[str, np.ndarray], record: str | None, *,
+                    bound: bool = False) -> tuple[dict[str, np.ndarray], str | None]:
     """The arrays with their logical dtypes restored from ``record``, and the note saying so
-    (None when there was nothing to restore)."""
+    (None when there was nothing to restore); ``bound``: a verified signature covered it."""
     if not record:
         return dict(arrays), None
     logical = decode_record(record, arrays)
     out = dict(arrays)
     for name, dtype in logical.items():
         out[name] = view_logical(out.get(name), dtype, name)
-    return out, logical_note(logical)
+    return out, logical_note(logical, bound=bound)
 
 
 def view_logical(array: np.ndarray | None, dtype: str, name: str) -> np.ndarray:
@@ -218,10 +221,17 @@ def view_logical(array: np.ndarray | None, dtype: str, name: str) -> np.ndarray:
     return array.view(target)
 
 
-def logical_note(logical: Mapping[str, str]) -> str:
-    """The sentence reports and Snapshot.meta carry when dtypes came from the side record."""
+def logical_note(logical: Mapping[str, str], *, bound: bool = False) -> str:
+    """The sentence reports and Snapshot.meta carry when dtypes came from the side record;
+    ``bound``: the file's verified signature covers that record.
+
+    >>> logical_note({"w": "bf16"}, bound=True)
+    'dtype of 1 array (w: bf16) comes from metadata (snapops_dtypes) covered by the verified signature, stored as same-width unsigned integers'
+    """
     shown = ", ".join(f"{n}: {d}" for n, d in sorted(logical.items())[:5])
     more = f", ... {len(logical) - 5} more" if len(logical) > 5 else ""
     plural = "array" if len(logical) == 1 else "arrays"
-    return (f"dtype of {len(logical)} {plural} ({shown}{more}) comes from unbound metadata "
-            f"({DTYPE_META_KEY}), stored as same-width unsigned integers")
+    source = (f"metadata ({DTYPE_META_KEY}) covered by the verified signature" if bound
+              else f"unbound metadata ({DTYPE_META_KEY})")
+    return (f"dtype of {len(logical)} {plural} ({shown}{more}) comes from {source}, stored "
+            "as same-width unsigned integers")

@@ -25,7 +25,7 @@ from ._grammar import (
     grammar_error, parse_arr, parse_cap, parse_idx, parse_meta, parse_root, row_size, check_caps,
 )
 from ._plan import ChunkPlan, plan_for
-from .logical import check_audit_binding, unbound_records
+from .logical import carries_records, check_audit_binding, unbound_records
 from ._reader import LineReader, line_reader
 
 
@@ -202,6 +202,7 @@ class ParseResult:
     notes: list[str]
     root: Root | None = None
     audit_unbound: str | None = None    # why the audit line's records are not authenticated
+    records_bound: bool = False         # it carries records and a verified signature binds them
 
 
 class Lane:
@@ -348,6 +349,7 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     result.audit_unbound = check_audit_binding(
         header.caps, audit, line=no - 1 if audit is not None else None,
         signature_verified=header.signature is not None and bool(checks.trusted))
+    result.records_bound = carries_records(audit) and result.audit_unbound is None
     if result.audit_unbound is not None:
         if require_signature:
             raise unbound_records(result.audit_unbound, "signature")

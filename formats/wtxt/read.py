@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
+from ..dtypes import DTYPE_BOUND_KEY
 from ..model import ArrayMapping, Snapshot
 from ._grammar import MAX_LINE
 from ._parse import (
@@ -144,6 +145,8 @@ def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None
             raise exc.located(name)
     out = {key: buf.view(arr.np_dtype).reshape(arr.shape) for key, (buf, arr) in arrays.items()}
     meta = header_info(result.header).__dict__ | {"audit": result.audit, "format": "wtxt"}
+    if result.records_bound:
+        meta[DTYPE_BOUND_KEY] = True
     if result.root is not None:
         meta.update(sha256_all=result.root.sha256_all, merkle_prev=result.root.merkle_prev,
                     merkle_this=result.root.merkle_this)

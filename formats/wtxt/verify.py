@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..dtypes import DTYPE_BOUND_KEY
 from ..errors import FormatError, SnapopsError
 from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
@@ -65,7 +66,7 @@ def verify_stream(stream, name: str, *, hmac_key=None, trusted_keys=None,
         "gen": result.header.meta.gen, "ts": result.header.meta.ts,
         "sha256_all": result.root.sha256_all, "merkle_this": result.root.merkle_this,
         "keyid": result.header.keyid, "streaming": result.header.pending,
-    }
+    } | ({DTYPE_BOUND_KEY: True} if result.records_bound else {})
     unmet = hmac_requirement(result, checks, require_hmac)
     return report.fail(unmet) if unmet is not None else report
 

@@ -141,3 +141,28 @@ def test_delta_apply_rebuilds_the_binding_byte_for_byte(tmp_path, keydir):
     out = tmp_path / "out.wtxt"
     apply_delta(base, delta, out)
     assert out.read_bytes() == target.read_bytes()
+
+
+def test_the_dtype_note_says_whether_a_verified_signature_covers_the_record(tmp_path, keydir):
+    path = _save(tmp_path / "s.wtxt", keydir)
+    bound = "comes from metadata (snapops_dtypes) covered by the verified signature"
+    unbound = "comes from unbound metadata (snapops_dtypes)"
+    notes = wtxt.verify(path, **_keys(keydir)).notes
+    assert any(bound in n for n in notes) and not any(unbound in n for n in notes)
+    assert bound in wtxt.load(path, **_keys(keydir)).meta["snapops_dtypes_note"]
+    unchecked = wtxt.load(path, hmac_key=keydir / "hmac.key")     # no trusted key
+    assert unbound in unchecked.meta["snapops_dtypes_note"]
+    assert any(unbound in n for n in wtxt.verify(path).notes)
+    assert "snapops_dtypes_bound" not in wtxt.load(path, **_keys(keydir)).meta
+
+
+def test_a_format_that_cannot_sign_never_claims_a_covered_record(tmp_path):
+    from snapops.formats import finf
+
+    path = tmp_path / "s.finf"
+    finf.save(_state(), path, gen=3, ts=TS)            # bf16 recorded in FINF's tree
+    report = finf.verify(path)
+    report.details["snapops_dtypes_bound"] = True    # whatever a report or file might say
+    finf.FORMAT._note_logical(str(path), report)
+    assert any("comes from unbound metadata" in n for n in report.notes)
+    assert not any("covered by the verified signature" in n for n in report.notes)
