@@ -36,7 +36,7 @@ def read_key_file(path: str | os.PathLike, what: str) -> bytes:
             data = f.read(MAX_KEY_FILE + 1)
     except FormatError as exc:
         raise KeyMaterialError(f"{p}: cannot read {what}: "
-                               f"{(exc.message or '').removeprefix('cannot read: ')}") from None
+                               f"{getattr(exc, 'reason', None) or exc.message}") from None
     except OSError as exc:
         raise KeyMaterialError(f"{p}: cannot read {what}: {exc.strerror}") from exc
     if len(data) > MAX_KEY_FILE:
