@@ -38,6 +38,13 @@ COMMAND_MODULES = [
     "restore",
     "lfs",
 ]
+# commands registered by a module of another name
+OTHER_COMMANDS = {"request": "daemon"}
+
+
+def command_module(command: str | None) -> str | None:
+    """The module that registers ``command`` (None: not a command)."""
+    return command if command in COMMAND_MODULES else OTHER_COMMANDS.get(command or "")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -53,7 +60,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"snapops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in [command] if command in COMMAND_MODULES else COMMAND_MODULES:
+    module = command_module(command)
+    for name in [module] if module else COMMAND_MODULES:
         importlib.import_module(f"snapops.cli.{name}").register(sub)
     return parser
 
@@ -62,7 +70,7 @@ def named_command(argv: list[str]) -> str | None:
     """The command ``argv`` names (the first word not an option: the top level takes no
     option with a value), or None (``--help``, ``--version``, nothing, a typo)."""
     first = next((word for word in argv if not word.startswith("-")), None)
-    return first if first in COMMAND_MODULES else None
+    return first if command_module(first) else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,8 @@ def test_a_command_imports_only_its_own_module():
     hook, _ = loaded("hook", "--help")
     assert "snapops.cli.hook" in hook and "snapops.cli.convert" not in hook
     assert "snapops.cli.daemon" not in hook
+    request, _ = loaded("request", "--help")      # registered by the daemon's module
+    assert "snapops.cli.daemon" in request and "snapops.cli.hook" not in request
     everything, _ = loaded("--help")
     assert "snapops.cli.convert" in everything and "snapops.cli.hook" in everything
     typo, err = loaded("covnert", "x")
