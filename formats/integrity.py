@@ -28,7 +28,9 @@ def file_sha256(path) -> str:
     """SHA-256 of a file's bytes (for checking a file someone else wrote; writers get their
     digest while writing, see ``atomic_write_digest``). Hashed from a read-only map in
     64 MiB windows, each unmapped once hashed: no copy out of the page cache (read()
-    copying it cost 11% of a restore's CPU) and bounded resident memory for any size."""
+    copying it cost 11% of a restore's CPU) and bounded resident memory for any size. (A
+    file truncated while mapped raises SIGBUS: the files hashed here are shards, scratch
+    copies and downloads, replaced by rename, never truncated in place.)"""
     h = hashlib.sha256()
     with open_input(path, buffering=0) as f:
         size = os.fstat(f.fileno()).st_size

@@ -4,10 +4,10 @@
 For a model-like state of ``size`` raw bytes written as one signed, HMAC'd generation (32 MiB
 shards) in WTXT and in AERO, MB/s of raw array bytes and wall seconds of:
 
-* ``verify``: ``verify_generation`` of the work tree (3 shards at once, every check); next to it the
-  floors it is made of, each on 2 threads: SHA-256 of every file, and every shard's own verify;
-  and the same verifier without the formats' own verify (``deep=False``: sealed digests and
-  the arrays' names, dtypes and shapes only);
+* ``verify``: ``verify_generation`` of the work tree (3 shards at once, every check); next to
+  it the floors it is made of, each on 2 threads: SHA-256 of every file, and every shard's
+  own verify; and the same verifier without the formats' own verify (``deep=False``: sealed
+  digests and the arrays' names, dtypes and shapes only);
 * ``verify_git``: the same from the commit (blobs copied from git into a scratch folder; the
   work repository stores objects as the daemon's does, ``[repo] compression`` 0);
 * ``pre_receive``: ``snapops hook pre-receive`` as installed by ``snapops hooks install`` in a
