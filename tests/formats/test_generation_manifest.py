@@ -231,3 +231,27 @@ def test_stripped_seal_is_refused(key):
     stripped = parse_manifest(sealed.body() + b"seal ed25519=- hmac=-\n")
     with pytest.raises(SignatureError, match="both be present"):
         check_seal(stripped)
+
+
+def test_read_manifest_parses_bytes_once_and_hands_each_caller_its_own_lists(tmp_path,
+                                                                              monkeypatch):
+    """A restore reads the MANIFEST in three places (verifier, loader, LFS layer): one parse;
+    a caller changing its lists does not change what the next caller gets."""
+    from snapops.formats.generation import verify
+    from snapops.formats.generation.source import FolderSource
+
+    folder = tmp_path / "snapshots" / "run1"
+    folder.mkdir(parents=True)
+    (folder / "MANIFEST").write_bytes(sample().render())
+    parsed = []
+    monkeypatch.setattr(verify, "parse_manifest",
+                        lambda data, path: parsed.append(path) or parse_manifest(data, path))
+    verify._parsed.cache_clear()
+    source = FolderSource(tmp_path)
+    _, first = verify.read_manifest(source, "run1")
+    first.shards.clear()
+    first.arrays.append(first.arrays[0])
+    data, second = verify.read_manifest(source, "run1")
+    assert len(parsed) == 1 and second == sample() and second.render() == data
+    (folder / "MANIFEST").write_bytes(sample(gen=4).render())     # new bytes: parsed anew
+    assert verify.read_manifest(source, "run1")[1].header.gen == 4 and len(parsed) == 2
