@@ -88,14 +88,10 @@ def open_input(path: str | os.PathLike, *, buffering: int = -1,
 
 
 def read_error(path: str, exc: OSError) -> FormatError:
-    """The one-line FormatError for an OSError met opening or reading ``path``; its
-    ``reason`` is the cause alone (``No such file or directory``), for callers that word
-    their own message."""
+    """The one-line FormatError for an OSError met opening or reading ``path``."""
     why = exc.strerror or str(exc)
     message = why if why.startswith("not a regular file") else f"cannot read: {why}"
-    error = FormatError(message, path=shown(path), check="io")
-    error.reason = why
-    return error
+    return FormatError(message, path=shown(path), check="io")
 
 
 def user_path(value: object, what: str = "path") -> str:

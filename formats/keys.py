@@ -28,17 +28,16 @@ def read_key_file(path: str | os.PathLike, what: str) -> bytes:
 
     >>> read_key_file("/nonexistent/hmac.key", "HMAC key")
     Traceback (most recent call last):
-    snapops.formats.errors.KeyMaterialError: /nonexistent/hmac.key: cannot read HMAC key: No such file or directory
+    snapops.formats.errors.KeyMaterialError: /nonexistent/hmac.key: HMAC key: cannot read: No such file or directory
     """
     p = Path(path)
     try:
         with open_input(p) as f:     # a regular file: a FIFO would block, /dev/zero not end
             data = f.read(MAX_KEY_FILE + 1)
     except FormatError as exc:
-        raise KeyMaterialError(f"{p}: cannot read {what}: "
-                               f"{getattr(exc, 'reason', None) or exc.message}") from None
+        raise KeyMaterialError(f"{p}: {what}: {exc.message}") from None
     except OSError as exc:
-        raise KeyMaterialError(f"{p}: cannot read {what}: {exc.strerror}") from exc
+        raise KeyMaterialError(f"{p}: {what}: cannot read: {exc.strerror}") from exc
     if len(data) > MAX_KEY_FILE:
         raise KeyMaterialError(f"{p}: {what} file is larger than {MAX_KEY_FILE} bytes")
     return data

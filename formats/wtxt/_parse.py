@@ -202,7 +202,11 @@ class ParseResult:
     notes: list[str]
     root: Root | None = None
     audit_unbound: str | None = None    # why the audit line's records are not authenticated
-    records_bound: bool = False         # it carries records and a verified signature binds them
+
+    @property
+    def records_bound(self) -> bool:
+        """The audit line carries records and a verified signature binds them."""
+        return carries_records(self.audit) and self.audit_unbound is None
 
 
 class Lane:
@@ -349,7 +353,6 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     result.audit_unbound = check_audit_binding(
         header.caps, audit, line=no - 1 if audit is not None else None,
         signature_verified=header.signature is not None and bool(checks.trusted))
-    result.records_bound = carries_records(audit) and result.audit_unbound is None
     if result.audit_unbound is not None:
         if require_signature:
             raise unbound_records(result.audit_unbound, "signature")
