@@ -176,7 +176,7 @@ def test_a_wrong_lfs_endpoint_is_one_line_naming_it_without_secrets(remote, tmp_
         (["--lfs-url", remote.lfs.url.replace(REPO, "nope")], "/nope.git/info/lfs"),
         (["--lfs-url", "ftp://user:pw@host/lfs"], "expected an http(s):// Git LFS endpoint"),
         (["--lfs-token-file", str(bad_token)], "HTTP 401"),
-        (["--lfs-token-file", str(tmp_path / "absent")], "cannot read LFS token"),
+        (["--lfs-token-file", str(tmp_path / "absent")], "LFS token: cannot read"),
     ]
     for args, says in cases:
         out = tmp_path / "x.npz"
