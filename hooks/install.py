@@ -76,7 +76,11 @@ def hook_script(name: str, command: list[str]) -> str:
         f"{MARKER} (installed by `snapops hooks install`; `snapops hooks uninstall` removes it)",
         f"# {name}: verify snapshot files and ledgers (snapops hook {name})",
         "snapops_run() {",
-        f"    if [ -x {exe} ]; then {recorded} \"$@\"; else snapops \"$@\"; fi",
+        "    # one OpenBLAS thread: snapops runs no large BLAS, and idle OpenBLAS threads cost",
+        "    # a hook 0.1 CPU-s at start-up (only snapops gets it, not a chained hook)",
+        '    blas="${OPENBLAS_NUM_THREADS:-1}"',
+        f"    if [ -x {exe} ]; then OPENBLAS_NUM_THREADS=\"$blas\" {recorded} \"$@\";",
+        '    else OPENBLAS_NUM_THREADS="$blas" snapops "$@"; fi',
         "}",
         f"chained=\"$(dirname \"$0\")/{name}{CHAINED_SUFFIX}\"",
     ]

@@ -164,6 +164,28 @@ def test_install_is_idempotent_chains_existing_hook_and_uninstall_restores(tmp_p
     assert not (hooks / f"pre-commit{CHAINED_SUFFIX}").exists()
 
 
+def test_hook_runs_snapops_with_one_blas_thread_unless_the_user_chose(tmp_path, env):
+    """The installed script gives snapops OPENBLAS_NUM_THREADS=1 (idle BLAS threads cost a
+    hook 0.1 CPU-s at start-up), keeps a value the user set, and leaves chained hooks alone."""
+    r = make_repo(tmp_path / "work", env)
+    hooks = r.path / ".git" / "hooks"
+    seen, chained_seen = tmp_path / "seen", tmp_path / "chained-seen"
+    (hooks / "pre-commit").write_text(
+        f"#!/bin/sh\necho \"${{OPENBLAS_NUM_THREADS-unset}}\" >> {chained_seen}\n")
+    (hooks / "pre-commit").chmod(0o755)
+    recorder = tmp_path / "record-snapops"
+    recorder.write_text(f"#!/bin/sh\necho \"$1 $2 $OPENBLAS_NUM_THREADS\" >> {seen}\n")
+    recorder.chmod(0o755)
+    install_hooks(r.path, hooks=("pre-commit",), command=[str(recorder)])
+    base = {k: v for k, v in env.items() if k != "OPENBLAS_NUM_THREADS"}
+    for n, extra in enumerate(({}, {"OPENBLAS_NUM_THREADS": "3"})):
+        (r.path / f"{n}.txt").write_text("a\n")
+        r.git("add", "-A")
+        assert r.git("commit", "-q", "-m", str(n), env=base | extra).returncode == 0
+    assert seen.read_text().splitlines() == ["hook pre-commit 1", "hook pre-commit 3"]
+    assert chained_seen.read_text().splitlines() == ["unset", "3"]
+
+
 def test_cli_install_in_bare_repository_adds_pre_receive_and_fsck(tmp_path, env):
     bare = make_repo(tmp_path / "remote.git", env, bare=True)
     out = subprocess.run([SNAPOPS, "hooks", "install", str(bare.path)], env=env, text=True,
