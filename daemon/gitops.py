@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -66,6 +67,8 @@ __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
 
 # The daemon's paths are literal paths, never pathspec magic.
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
+PROBE_PREFIX = "snapops-head-"
+PROBE_STALE_SECONDS = 3600    # a probe lives for one clone (stall timeout 60 s)
 # HTTP(S) remotes also abort on their own below 1 byte/s for the stall time.
 _LOW_SPEED = ("-c", "http.lowSpeedLimit=1", "-c", "http.lowSpeedTime={stall}")
 
@@ -574,7 +577,10 @@ class SnapshotRepo:
         ``ls-remote`` does not print an unborn HEAD; ``clone`` learns it and names its own
         HEAD after it. Cloning only the unborn branch transfers no object.
         """
-        with tempfile.TemporaryDirectory(prefix="snapops-head-") as tmp:
+        # Inside our own git folder: a daemon killed mid-probe leaves nothing in $TMPDIR,
+        # and the next probe sweeps what it left.
+        _sweep_probes(self.git_dir)
+        with tempfile.TemporaryDirectory(prefix=PROBE_PREFIX, dir=self.git_dir) as tmp:
             probe = Path(tmp) / "probe.git"
             cloned = self._result("clone", "-q", "--bare", "--no-local", "--single-branch",
                                   "--depth", "1", "--no-tags", resolve_url(remote_url),
@@ -671,3 +677,12 @@ class SnapshotRepo:
             if object_counts(self._run).get("packs", "0") != "0":
                 repack_dropping(self.git_dir, self._run)
             return {"before": before, "after": object_bytes(self._run)}
+
+
+def _sweep_probes(git_dir: Path) -> None:
+    """Remove probe folders a killed daemon left in ``git_dir`` (older than an hour)."""
+    cutoff = time.time() - PROBE_STALE_SECONDS
+    for stale in git_dir.glob(PROBE_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            if stale.lstat().st_mtime < cutoff and stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)

@@ -393,3 +393,24 @@ def test_concurrent_commit_and_push_stay_consistent(repo, bare_remote):
     assert repo.remote_tags(str(bare_remote)) == {f"r/gen-{g:06d}" for g in range(1, 7)}
     git("fsck", "--strict", cwd=repo.path)
     assert Path(repo.path).exists()
+
+
+def test_unborn_head_probe_stays_in_our_git_folder_and_sweeps_stale_ones(repo, bare_remote,
+                                                                         tmp_path, monkeypatch):
+    """The probe clone of a remote's unborn HEAD goes under the repository's own git folder,
+    never $TMPDIR (a daemon killed mid-probe left one there per kill); a probe left over an
+    hour ago is removed by the next one, a recent one is not."""
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    git("symbolic-ref", "HEAD", "refs/heads/trunk", cwd=bare_remote)
+    stale, fresh = repo.git_dir / "snapops-head-stale", repo.git_dir / "snapops-head-fresh"
+    for left in (stale, fresh):
+        (left / "probe.git").mkdir(parents=True)
+    hour_ago = time.time() - 3700
+    os.utime(stale, (hour_ago, hour_ago))
+
+    assert repo.remote_unborn_head(str(bare_remote)) == "refs/heads/trunk"
+    assert list(scratch.iterdir()) == []
+    assert sorted(p.name for p in repo.git_dir.glob("snapops-head-*")) == ["snapops-head-fresh"]

@@ -110,9 +110,10 @@ def _where(exc: BaseException) -> str:
     return f"{os.path.relpath(frame.filename, REPO)}:{frame.lineno}"
 
 
-def worker_main(seeds: str, seed: int, timeout: int, memory: int) -> None:
+def worker_main(seeds: str, seed: int, timeout: int, memory: int, work: str) -> None:
     """The fork server: imports once, then forks one child per batch line; a child that
-    dies (signal, alarm) is reported as ``DIED CODE`` and the next batch gets a fresh one."""
+    dies (signal, alarm) is reported as ``DIED CODE`` and the next batch gets a fresh one.
+    ``work`` is its scratch folder, made and removed by the parent (which may kill it)."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
@@ -123,8 +124,7 @@ def worker_main(seeds: str, seed: int, timeout: int, memory: int) -> None:
         from .seeds import build
 
         build(pristine)
-    work = Path(tempfile.mkdtemp(prefix="snapops-fuzz-"))
-    root, out = work / "seeds", work / "out"
+    root, out = Path(work) / "seeds", Path(work) / "out"
     shutil.copytree(pristine, root)
     out.mkdir()
     print("READY", file=proto)
@@ -149,7 +149,6 @@ def worker_main(seeds: str, seed: int, timeout: int, memory: int) -> None:
             print(f"DIED {code}", file=proto)
         else:
             print("DONE", file=proto)
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def _run_cases(proto, target, name: str, start: int, count: int, seed: int, timeout: int,
@@ -188,9 +187,10 @@ class Worker:
     def __init__(self, seeds: Path, seed: int, timeout: int, memory: int) -> None:
         env = dict(os.environ, SNAPOPS_DEBUG="1", MALLOC_ARENA_MAX="2", PYTHONHASHSEED="0",
                    OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+        self.work = Path(tempfile.mkdtemp(prefix="snapops-fuzz-"))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fuzz.engine", str(seeds), str(seed), str(timeout),
-             str(memory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+             str(memory), str(self.work)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             cwd=REPO, env=env, start_new_session=True)
         self.buffer = ""
         line = self.readline(WATCHDOG * 3)
@@ -227,6 +227,7 @@ class Worker:
                     pipe.close()
                 except BrokenPipeError:
                     pass
+        shutil.rmtree(self.work, ignore_errors=True)
         return self.proc.returncode
 
     def close(self) -> None:
@@ -360,4 +361,4 @@ def replay(name: str, index: int, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    worker_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    worker_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
