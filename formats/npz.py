@@ -60,14 +60,29 @@ class _OwnedZipFile(zipfile.ZipFile):
 def open_zip(path: str) -> zipfile.ZipFile:
     """``path`` as a zip archive read through ``open_input``: a regular file only (a FIFO
     would block, ``/dev/zero`` would be read without end while looking for the central
-    directory); FormatError (``io``) otherwise, the archive's own errors as zipfile raises
-    them. Closing the archive closes the file."""
+    directory); FormatError (``io``) otherwise, and for an archive with an encrypted member;
+    the archive's own errors as zipfile raises them. Closing the archive closes the file."""
     handle = open_input(path)
     try:
-        return _OwnedZipFile(handle)
+        archive = _OwnedZipFile(handle)
     except BaseException:
         handle.close()
         raise
+    try:
+        _refuse_encrypted(archive, path)
+    except BaseException:
+        archive.close()
+        raise
+    return archive
+
+
+def _refuse_encrypted(archive: zipfile.ZipFile, path: str) -> None:
+    """No member may be encrypted: zipfile would raise a bare RuntimeError asking for a
+    password the moment one is opened (npz, .pt and the review all open archives here)."""
+    for info in archive.infolist():
+        if info.flag_bits & 0x1:
+            raise FormatError("encrypted zip member", path=path, check="structure",
+                              expected="unencrypted members only", got=info.filename[:200])
 
 
 class NpzArrays(ArrayMapping):

@@ -83,3 +83,47 @@ def test_textconv_reads_npz_written_by_snapops_with_meta_and_logical_dtypes(tmp_
     assert "meta gen=1" in npz and any(line.startswith("arr emb dtype=bfloat16") for line in npz)
     assert [x for x in npz if not x.startswith("meta")] == \
         [x for x in other if not x.startswith("meta")]
+
+
+def _flag_encrypted(path, member: bytes) -> None:
+    """Set the 'encrypted' bit (general purpose flag bit 0) of ``member`` in its local header
+    and in the central directory, as a hostile archive would."""
+    data = bytearray(path.read_bytes())
+    for signature, flags_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        at = 0
+        while (at := data.find(signature, at)) >= 0:
+            if data[at + name_at:at + name_at + len(member)] == member:
+                data[at + flags_at] |= 0x1
+            at += 4
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("member", [b"snapops.json", b"w.npy"])
+def test_npz_with_an_encrypted_member_is_refused_by_every_reader(tmp_path, member, capsys):
+    """Fuzz seed 11, npz case 1414: zipfile's bare RuntimeError ('password required')
+    escaped verify."""
+    from snapops.cli import main
+
+    path = tmp_path / "s.npz"
+    snapops.save({"w": np.arange(6, dtype=np.float32)}, path, gen=1)
+    _flag_encrypted(path, member)
+    expected = r"s\.npz.*encrypted zip member.*" + member.decode().replace(".", r"\.")
+    assert not snapops.verify(path).ok
+    assert "encrypted zip member" in str(snapops.verify(path).failure)
+    for read in (snapops.load, snapops.inspect):
+        with pytest.raises(FormatError, match=expected):
+            read(path)
+    capsys.readouterr()
+    assert main(["textconv", str(path)]) == 2       # the review's own archive reader
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "encrypted zip member" in err, err
+
+
+def test_pt_with_an_encrypted_member_is_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "s.pt"
+    torch.save({"w": torch.arange(4.0)}, path)
+    _flag_encrypted(path, b"s/data.pkl")
+    report = snapops.verify(path)     # torch's own reader refuses it first: still typed
+    assert not report.ok and isinstance(report.failure, FormatError), report.failure
+    assert "s.pt" in str(report.failure)
