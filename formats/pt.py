@@ -29,7 +29,7 @@ from .dtypes import DTYPES
 from .errors import FormatError
 from .iosafe import open_input
 from .model import ArrayMapping, Snapshot
-from .npz import open_zip
+from .npz import ZIP_ERRORS, open_zip
 from .report import Report
 from .tensors import is_tensor, numpy_to_tensor, tensor_to_numpy
 
@@ -155,8 +155,9 @@ def _check_crcs(path: str) -> None:
             bad = archive.testzip()
     except FormatError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise FormatError("damaged zip", path=path, got=str(exc), check="crc32") from exc
+    except ZIP_ERRORS as exc:    # zipfile's own kinds (an unsupported version, say)
+        raise FormatError("damaged zip", path=path, check="crc32",
+                          expected="a zip archive Python's zipfile reads", got=str(exc)) from exc
     if bad is not None:
         raise FormatError("a record does not match its CRC-32", path=path, got=bad,
                           check="crc32")

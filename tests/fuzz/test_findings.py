@@ -127,3 +127,18 @@ def test_pt_with_an_encrypted_member_is_refused(tmp_path):
     report = snapops.verify(path)     # torch's own reader refuses it first: still typed
     assert not report.ok and isinstance(report.failure, FormatError), report.failure
     assert "s.pt" in str(report.failure)
+
+
+def test_pt_whose_zip_needs_an_unknown_version_is_a_typed_error(tmp_path):
+    """Fuzz seed 11, pt case 3380: zipfile's NotImplementedError ('zip file version 12.7')
+    escaped the CRC check of a .pt that torch itself had loaded."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "s.pt"
+    torch.save({"w": torch.arange(4.0)}, path)
+    data = bytearray(path.read_bytes())
+    central = data.index(b"PK\x01\x02")
+    data[central + 6] = 127                      # "version needed to extract": 12.7
+    path.write_bytes(bytes(data))
+    report = snapops.verify(path)
+    assert not report.ok and isinstance(report.failure, FormatError)
+    assert "zip file version 12.7" in str(report.failure), report.failure
