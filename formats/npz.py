@@ -20,6 +20,7 @@ import json
 import os
 import tokenize
 import zipfile
+import zlib
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -36,10 +37,11 @@ from .report import Report
 META_MEMBER = "snapops.json"
 MAX_META = 1 << 20
 MAX_HEADER = 1 << 16
-# what zipfile and numpy raise on damaged archives (NotImplementedError: a compression
-# method a flipped bit invented)
+# What zipfile and numpy raise on damaged archives: every reader of zip members catches
+# these (NotImplementedError: a compression method or zip version a flipped bit invented;
+# zlib.error: a damaged deflate stream; RuntimeError: an encrypted member).
 ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError, SyntaxError,
-              NotImplementedError, zipfile.LargeZipFile)
+              NotImplementedError, zipfile.LargeZipFile, zlib.error, RuntimeError)
 # numpy's header parser (ast.literal_eval via tokenize) on hostile text
 NPY_HEADER_ERRORS = ZIP_ERRORS + (tokenize.TokenError, RecursionError, MemoryError)
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -114,7 +116,8 @@ class NpzArrays(ArrayMapping):
                 data = member.read(limit + 1)
         except ZIP_ERRORS as exc:
             raise FormatError("damaged member", path=self.path, array=info.filename,
-                              got=str(exc), check="crc32") from exc
+                              check="crc32", expected="a member zipfile can read",
+                              got=str(exc)) from exc
         return data
 
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
@@ -132,9 +135,11 @@ class NpzArrays(ArrayMapping):
         try:
             with self.zip.open(info) as member:
                 shape, fortran, dtype, offset = read_npy_header(member, self.path, name)
+        except FormatError:      # a ValueError too: already names the member and the fault
+            raise
         except ZIP_ERRORS as exc:
             raise FormatError("damaged member", path=self.path, array=name,
-                              got=str(exc)) from exc
+                              expected="a member zipfile can read", got=str(exc)) from exc
         if dtype.hasobject or fortran:
             raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
                               path=self.path, array=name, got=str(dtype))

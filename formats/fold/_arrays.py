@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import DataError, FormatError, LimitError, UnsupportedVersionError
 from ..model import Snapshot, le_contiguous
+from ..npz import ZIP_ERRORS
 from ._layout import ChunkEntry
 
 NDAR = "NDAR"
@@ -285,7 +286,7 @@ def npz_arrays(raw, chunk: str, max_bytes: int, where: dict) -> dict[str, np.nda
     try:
         archive = zipfile.ZipFile(io.BytesIO(raw))
         infos = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except ZIP_ERRORS as exc:
         raise FormatError(f"chunk {chunk!r} is not a zip archive", **where, check="npz",
                           got=str(exc)) from exc
     total = sum(i.file_size for i in infos)

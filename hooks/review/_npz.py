@@ -16,19 +16,15 @@ import collections
 import os
 import threading
 import zipfile
-import zlib
 
 import numpy as np
 
 from snapops.formats.errors import FormatError
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits, check_declared, check_member
-from snapops.formats.npz import META_MEMBER, open_zip, read_npy_header
+from snapops.formats.npz import META_MEMBER, ZIP_ERRORS, open_zip, read_npy_header
 
 READ_BYTES = 1 << 20
 KEEP_BYTES = 16 << 20            # look-back window per member
-# A zip member that cannot be read: corrupt, encrypted, an unsupported method or too short.
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError,
-               NotImplementedError, ValueError)
 
 
 def npz_members(path: str, limits: DeclaredLimits = DEFAULT_LIMITS
@@ -38,7 +34,7 @@ def npz_members(path: str, limits: DeclaredLimits = DEFAULT_LIMITS
         archive = open_zip(path)    # a regular file only (never a FIFO, never /dev/zero)
     except FormatError:
         raise
-    except _ZIP_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         raise FormatError(path=path, expected="a readable .npz (zip) archive",
                           got=str(exc)) from exc
     try:
@@ -90,7 +86,7 @@ class NpzMember:
         try:
             with self.archive.open(self.info) as f:
                 return read_npy_header(f, self.path, self.name)
-        except _ZIP_ERRORS as exc:
+        except ZIP_ERRORS as exc:
             raise FormatError(path=self.path, array=self.name,
                               expected="a member starting with a readable .npy header",
                               got=str(exc)) from exc
@@ -115,13 +111,13 @@ class NpzMember:
         try:
             self._stream = self.archive.open(self.info)
             self._stream.read(self.header_len)
-        except _ZIP_ERRORS as exc:
+        except ZIP_ERRORS as exc:
             raise self._unreadable(exc) from exc
 
     def _advance(self, wanted_from: int) -> None:
         try:
             data = self._stream.read(READ_BYTES)
-        except _ZIP_ERRORS as exc:
+        except ZIP_ERRORS as exc:
             raise self._unreadable(exc) from exc
         if not data:
             raise self._unreadable(EOFError(f"member ends after {self._end} data bytes"))
