@@ -44,6 +44,9 @@ def build(folder: str | Path) -> dict:
     for fmt, (name, opts) in plain.items():
         (root / fmt).mkdir()
         snapops.save(state(), root / fmt / name, gen=1, ts=TS, **opts)
+    # what numpy.savez_compressed writes (deflated members), bf16 left out: numpy has none
+    np.savez_compressed(root / "npz" / "c.npz",
+                        **{k: v for k, v in state().items() if v.dtype != ml_dtypes.bfloat16})
     (root / "wtxt").mkdir()
     snapops.save(state(), root / "wtxt" / "s.wtxt", gen=1, ts=TS, rows_per_chunk=4,
                  audit="note=seed", **wtxt_keys)
