@@ -44,6 +44,15 @@ def build(folder: str | Path) -> dict:
     for fmt, (name, opts) in plain.items():
         (root / fmt).mkdir()
         snapops.save(state(), root / fmt / name, gen=1, ts=TS, **opts)
+    # the options that take other code paths (page digests, Reed-Solomon parity, raw
+    # FINF payloads, PyCauset's raw_dense layout)
+    variants = {"aero/p.aero": ({"page_hashes": True, "page_size": 64}, state()),
+                "fold/e.fold": ({"ecc": "low"}, state()),
+                "finf/n.finf": ({"compression": "none", "checksum": False}, state()),
+                "pycauset/r.pycauset": ({"layout": "raw_dense"},
+                                        {"blocks.0.w": state()["blocks.0.w"]})}
+    for rel, (opts, arrays) in variants.items():
+        snapops.save(arrays, root / rel, gen=1, ts=TS, **opts)
     # what numpy.savez_compressed writes (deflated members), bf16 left out: numpy has none
     np.savez_compressed(root / "npz" / "c.npz",
                         **{k: v for k, v in state().items() if v.dtype != ml_dtypes.bfloat16})
