@@ -279,7 +279,8 @@ TARGETS = {t.name: t for t in [
              members=True) for fmt, rel in (("npz", "npz/s.npz"), ("pt", "pt/s.pt"))),
     *(Target(name, (rel,), format_verbs(fmt, rel)) for name, fmt, rel in (
         ("aero-pages", "aero", "aero/p.aero"), ("fold-ecc", "fold", "fold/e.fold"),
-        ("finf-raw", "finf", "finf/n.finf"), ("pycauset-dense", "pycauset", "pycauset/r.pycauset"))),
+        ("finf-raw", "finf", "finf/n.finf"),
+        ("pycauset-dense", "pycauset", "pycauset/r.pycauset"))),
     Target("npz-deflated", ("npz/c.npz",),
            chained(format_verbs("npz", "npz/c.npz"), cli_textconv, cli_diff)),
     Target("wtxt-delta", ("delta/d.wtxtdelta",), run_delta),
