@@ -86,6 +86,8 @@ class NpzMember:
         try:
             with self.archive.open(self.info) as f:
                 return read_npy_header(f, self.path, self.name)
+        except FormatError:      # a ValueError too: already names the member and the fault
+            raise
         except ZIP_ERRORS as exc:
             raise FormatError(path=self.path, array=self.name,
                               expected="a member starting with a readable .npy header",

@@ -146,12 +146,14 @@ def test_pt_whose_zip_needs_an_unknown_version_is_a_typed_error(tmp_path):
     assert "zip file version 12.7" in str(report.failure), report.failure
 
 
-def test_compressed_npz_with_a_damaged_deflate_stream_is_a_typed_error(tmp_path):
+def test_compressed_npz_with_a_damaged_deflate_stream_is_a_typed_error(tmp_path, capsys):
     """numpy.savez_compressed writes deflated members: zlib.error escaped verify, load and
     inspect when one was damaged (found by a hand-made case after the fuzz findings above).
     Damage near the start breaks the deflate stream; near the end it may still inflate, to
     bytes that fail the CRC-32."""
     import zipfile
+
+    from snapops.cli import main
 
     clean = tmp_path / "clean.npz"
     np.savez_compressed(clean, w=np.random.default_rng(0).random(10000).astype(np.float32))
@@ -170,5 +172,9 @@ def test_compressed_npz_with_a_damaged_deflate_stream_is_a_typed_error(tmp_path)
             snapops.load(path)
         assert str(raised.value).count("c.npz") == 1, raised.value
         failures.append(str(report.failure))
+        capsys.readouterr()
+        assert main(["textconv", str(path)]) == 2          # the review's own reader
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.count("c.npz") == 1, err
     assert "decompressing" in failures[0], failures
     assert re.search(r"decompressing|Bad CRC-32", failures[1]), failures
