@@ -21,6 +21,7 @@ import json
 import os
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -99,7 +100,11 @@ class LfsClient:
             if not (isinstance(exc, LfsHttpError) and exc.status == 404 and exc.media == MEDIA):
                 self.batch_failure = exc
             raise
-        found = {o.get("oid"): o for o in answer.get("objects", []) if isinstance(o, dict)}
+        listed = answer.get("objects", [])
+        if not isinstance(listed, list):
+            raise LfsError("LFS batch answer: 'objects' is not a list")
+        found = {o["oid"]: o for o in listed
+                 if isinstance(o, dict) and isinstance(o.get("oid"), str)}
         out = []
         for oid, size in objects:
             item = found.get(oid)
@@ -116,17 +121,16 @@ class LfsClient:
         answers = self.batch("upload", [(o.oid, o.size) for o in objects])
         for obj, item in zip(objects, answers):
             _raise_item_error(item, obj.oid)
-            actions = item.get("actions") or {}
-            if "upload" not in actions:
+            up = _action(item, "upload", obj.oid)
+            if up is None:
                 skipped += 1
                 continue
-            up = actions["upload"]
             with open(obj.path, "rb") as f:
                 self._request("PUT", up["href"], f, {**_headers(up),
                               "Content-Type": "application/octet-stream",
                               "Content-Length": str(obj.size)})
-            if "verify" in actions:
-                ver = actions["verify"]
+            ver = _action(item, "verify", obj.oid)
+            if ver is not None:
                 self._json("POST", ver["href"], json.dumps({"oid": obj.oid, "size": obj.size})
                            .encode(), {**_headers(ver), "Accept": MEDIA, "Content-Type": MEDIA})
             sent += 1
@@ -157,7 +161,7 @@ class LfsClient:
 
     def _get(self, oid: str, size: int, item: dict, dest: Path, durable: bool = True) -> Path:
         _raise_item_error(item, oid)
-        action = (item.get("actions") or {}).get("download")
+        action = _action(item, "download", oid)
         if action is None:
             raise LfsError(f"LFS server offers no download of object {oid}")
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +196,7 @@ class LfsClient:
             raise LfsError(f"LFS action href is not http(s): {redact_url(str(url))[:200]!r}")
         request = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout)
+            return _OPENER.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             detail = exc.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
             raise LfsHttpError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
@@ -219,6 +223,45 @@ class LfsClient:
         if not isinstance(answer, dict):
             raise LfsError(f"LFS {method} {redact_url(url)}: answer is not a JSON object")
         return answer
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) URLs only (urllib alone would follow ftp), and one
+    to another origin (scheme, host, port) keeps no header but Accept and Content-Type: the
+    token and an action's own headers are for the server that was asked, never for whoever
+    it points to (urllib alone re-sends them; git-lfs drops them too)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            fp.close()
+            raise LfsError(f"LFS {req.get_method()} {redact_url(req.full_url)}: redirected to "
+                           f"a URL that is not http(s): {redact_url(newurl)[:200]!r}")
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.headers = {k: v for k, v in new.headers.items()
+                           if k.lower() in ("accept", "content-type")}
+        return new
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+_OPENER = urllib.request.build_opener(_Redirects)
+
+
+def _action(item: dict, name: str, oid: str) -> dict | None:
+    """The ``name`` action of a batch answer's object (None: not offered), shape checked."""
+    actions = item.get("actions") or {}
+    if not isinstance(actions, dict):
+        raise LfsError(f"LFS object {oid}: 'actions' is not an object")
+    action = actions.get(name)
+    if action is None:
+        return None
+    if not isinstance(action, dict) or not isinstance(action.get("href"), str):
+        raise LfsError(f"LFS object {oid}: the {name} action has no href")
+    return action
 
 
 def _headers(action: dict) -> dict:
