@@ -100,18 +100,7 @@ class LfsClient:
             if not (isinstance(exc, LfsHttpError) and exc.status == 404 and exc.media == MEDIA):
                 self.batch_failure = exc
             raise
-        listed = answer.get("objects", [])
-        if not isinstance(listed, list):
-            raise LfsError("LFS batch answer: 'objects' is not a list")
-        found = {o["oid"]: o for o in listed
-                 if isinstance(o, dict) and isinstance(o.get("oid"), str)}
-        out = []
-        for oid, size in objects:
-            item = found.get(oid)
-            if item is None:
-                raise LfsError(f"LFS batch answer lacks object {oid}")
-            out.append(item)
-        return out
+        return batch_items(answer, objects)
 
     def upload(self, objects: list[LfsObject]) -> tuple[int, int]:
         """Send each object the server lacks; returns (sent, already there)."""
@@ -212,17 +201,38 @@ class LfsClient:
 
     def _json(self, method: str, url: str, body: bytes, headers: dict) -> dict:
         data = self._request(method, url, body, headers)
-        if len(data) > MAX_JSON:
-            raise LfsError(f"LFS {method} {redact_url(url)}: answer larger than {MAX_JSON} bytes")
-        if not data.strip():
-            return {}
-        try:
-            answer = json.loads(data)
-        except ValueError:
-            raise LfsError(f"LFS {method} {redact_url(url)}: answer is not JSON") from None
-        if not isinstance(answer, dict):
-            raise LfsError(f"LFS {method} {redact_url(url)}: answer is not a JSON object")
-        return answer
+        return parse_answer(data, f"LFS {method} {redact_url(url)}")
+
+
+def parse_answer(data: bytes, what: str) -> dict:
+    """A server's JSON answer (at most ``MAX_JSON`` bytes; empty: ``{}``) as an object."""
+    if len(data) > MAX_JSON:
+        raise LfsError(f"{what}: answer larger than {MAX_JSON} bytes")
+    if not data.strip():
+        return {}
+    try:
+        answer = json.loads(data)
+    except (ValueError, RecursionError):
+        raise LfsError(f"{what}: answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise LfsError(f"{what}: answer is not a JSON object")
+    return answer
+
+
+def batch_items(answer: dict, objects: list[tuple[str, int]]) -> list[dict]:
+    """The batch answer's object for each ``(oid, size)`` asked, in that order."""
+    listed = answer.get("objects", [])
+    if not isinstance(listed, list):
+        raise LfsError("LFS batch answer: 'objects' is not a list")
+    found = {o["oid"]: o for o in listed
+             if isinstance(o, dict) and isinstance(o.get("oid"), str)}
+    out = []
+    for oid, _size in objects:
+        item = found.get(oid)
+        if item is None:
+            raise LfsError(f"LFS batch answer lacks object {oid}")
+        out.append(item)
+    return out
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):

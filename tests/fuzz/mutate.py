@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 import io
+import json
 import random
 import re
 import struct
@@ -28,11 +29,13 @@ ODD_BYTES = (b"\x00", b"\xff", b"\xe9", b"\xc3\xa9", b"\n", b"\r\n", b" ", b"=",
 _DIGITS = re.compile(rb"\d+")
 
 
-def mutate(data: bytes, *, seed: int, target: str, index: int, text: bool = False) -> bytes:
-    """One to three stacked mutations of ``data`` (text-aware ones too when ``text``)."""
+def mutate(data: bytes, *, seed: int, target: str, index: int, text: bool = False,
+           json_doc: bool = False) -> bytes:
+    """One to three stacked mutations of ``data`` (text-aware ones too when ``text``, and
+    ones that keep it JSON but put odd values at odd places when ``json_doc``)."""
     rng = random.Random(f"{seed}:{target}:{index}")
     out = bytearray(data)
-    ops = BINARY_OPS + (TEXT_OPS if text else ())
+    ops = BINARY_OPS + (TEXT_OPS if text else ()) + (JSON_OPS if json_doc else ())
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         rng.choice(ops)(out, rng)
     return bytes(out)
@@ -50,7 +53,8 @@ def mutate_member(data: bytes, *, seed: int, target: str, index: int) -> bytes:
         for i, (info, body) in enumerate(members):
             if i == victim:
                 body = mutate(body, seed=seed, target=target, index=index,
-                              text=info.filename.endswith((".json", ".pkl")))
+                              text=info.filename.endswith((".json", ".pkl")),
+                              json_doc=info.filename.endswith(".json"))
             archive.writestr(info, body)
     return out.getvalue()
 
@@ -153,6 +157,38 @@ def odd_byte_in_line(out: bytearray, rng: random.Random) -> None:
     out[at:at] = rng.choice(ODD_BYTES)
 
 
+def _odd_value(rng: random.Random):
+    return rng.choice((None, True, 0, -1, 1.5, 2**64, "", "x" * 5000, "\u0000", [], {}, [[]],
+                       {"": None}, [1] * 1000, ["a" * 64], json.loads("[" * 200 + "]" * 200)))
+
+
+def json_value(out: bytearray, rng: random.Random) -> None:
+    """Replace one value (or drop one key) anywhere in a JSON document, which stays valid
+    JSON: the reader's checks of types and shapes get the input, not the JSON parser."""
+    try:
+        doc = json.loads(bytes(out))
+    except ValueError:
+        return
+    nodes, stack = [], [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            nodes += [(node, k) for k in node]
+            stack += list(node.values())
+        elif isinstance(node, list):
+            nodes += [(node, i) for i in range(len(node))]
+            stack += node
+    if not nodes:
+        return
+    parent, key = rng.choice(nodes)
+    if isinstance(parent, dict) and rng.random() < 0.25:
+        del parent[key]
+    else:
+        parent[key] = _odd_value(rng)
+    out[:] = json.dumps(doc).encode()
+
+
 BINARY_OPS = (flip_bits, flip_bits, set_byte, insert_bytes, delete_bytes, truncate, splice,
               interesting_int, interesting_int, float_field)
 TEXT_OPS = (number_text, number_text, line_edit, odd_byte_in_line)
+JSON_OPS = (json_value, json_value, json_value, json_value)

@@ -16,6 +16,9 @@ TS = "2026-01-02T03:04:05Z"
 RUN = "run1"
 
 
+LFS_OIDS = ("a" * 64, "b" * 64)
+
+
 def state(gen: int = 1) -> dict[str, np.ndarray]:
     """A few small arrays of the dtypes that take different paths (bf16 via the dtype record
     where a format lacks it, bool, a 0-d integer); ``gen`` changes one row."""
@@ -53,6 +56,16 @@ def build(folder: str | Path) -> dict:
                                         {"blocks.0.w": state()["blocks.0.w"]})}
     for rel, (opts, arrays) in variants.items():
         snapops.save(arrays, root / rel, gen=1, ts=TS, **opts)
+    # an LFS batch answer as a server sends it: upload, verify and download actions, an error
+    (root / "lfs").mkdir()
+    (root / "lfs" / "batch.json").write_text(json.dumps({"transfer": "basic", "objects": [
+        {"oid": LFS_OIDS[0], "size": 12, "authenticated": True, "actions": {
+            "upload": {"href": "https://lfs.example/o/1", "header": {"Authorization": "x"},
+                       "expires_in": 3600},
+            "verify": {"href": "https://lfs.example/v/1", "header": {}},
+            "download": {"href": "http://127.0.0.1:9/o/1"}}},
+        {"oid": LFS_OIDS[1], "size": 3, "error": {"code": 404, "message": "not found"}}]},
+        indent=1))
     # what numpy.savez_compressed writes (deflated members), bf16 left out: numpy has none
     np.savez_compressed(root / "npz" / "c.npz",
                         **{k: v for k, v in state().items() if v.dtype != ml_dtypes.bfloat16})

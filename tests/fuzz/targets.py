@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .mutate import mutate, mutate_member
-from .seeds import RUN
+from .seeds import LFS_OIDS, RUN
 
 FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
                 "aeroset": "aeroset/model.aeroset.json", "fold": "fold/s.fold",
@@ -86,8 +86,9 @@ class Target:
         """The input of case ``index``: all a finding needs to be reproduced."""
         if self.members:
             return mutate_member(original, seed=seed, target=self.name, index=index)
+        rel = self.file_for(index)
         return mutate(original, seed=seed, target=self.name, index=index,
-                      text=self.is_text(self.file_for(index)))
+                      text=self.is_text(rel), json_doc=rel.endswith(".json"))
 
     def is_text(self, rel: str) -> bool:
         return rel.endswith(TEXT_FILES)
@@ -135,6 +136,22 @@ def run_age(case: Case) -> None:
     case.call(decrypt_file, case.path, case.out / "plain.wtxt", case.keys / "age.key")
     report = case.call(verify_any, case.path, identity=case.keys / "age.key")
     case.typed += report is not None and not report.ok
+
+
+def run_lfs_batch(case: Case) -> None:
+    """A server's batch answer read as the LFS client reads it (no network: the same
+    functions, on the mutated bytes)."""
+    from snapops.formats.lfs import client
+
+    def read(data: bytes) -> None:
+        answer = client.parse_answer(data, "LFS POST batch")
+        for oid, item in zip(LFS_OIDS, client.batch_items(answer, [(o, 1) for o in LFS_OIDS])):
+            case.call(client._raise_item_error, item, oid)
+            for name in ("upload", "verify", "download"):
+                action = case.call(client._action, item, name, oid)
+                if action is not None:
+                    client._headers(action)
+    case.call(read, case.path.read_bytes())
 
 
 def run_generation(case: Case) -> None:
@@ -281,6 +298,7 @@ TARGETS = {t.name: t for t in [
         ("aero-pages", "aero", "aero/p.aero"), ("fold-ecc", "fold", "fold/e.fold"),
         ("finf-raw", "finf", "finf/n.finf"),
         ("pycauset-dense", "pycauset", "pycauset/r.pycauset"))),
+    Target("lfs-batch", ("lfs/batch.json",), run_lfs_batch),
     Target("npz-deflated", ("npz/c.npz",),
            chained(format_verbs("npz", "npz/c.npz"), cli_textconv, cli_diff)),
     Target("wtxt-delta", ("delta/d.wtxtdelta",), run_delta),
