@@ -131,3 +131,13 @@ def test_a_redirect_away_from_http_is_refused(servers, tmp_path, target):
     with pytest.raises(LfsError, match=r"redirected to a URL that is not http\(s\)|HTTP 302"):
         client.download(OID, SIZE, tmp_path / OID)
     assert len(lfs.seen) == 1
+
+
+def test_a_deeply_nested_answer_is_a_typed_error(servers, tmp_path):
+    lfs = servers[0]
+    nested = b'{"objects": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    lfs.answer = lambda handler: handler.reply(200, nested,
+                                               Content_Type="application/vnd.git-lfs+json")
+    client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN)
+    with pytest.raises(LfsError, match=r"objects/batch: answer is not JSON"):
+        client.download(OID, SIZE, tmp_path / OID)
