@@ -38,6 +38,7 @@ from snapops.formats.lfs.access import (
     commit_file,
     open_client,
     read_token,
+    token_for,
 )
 from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.lfs.source import LfsSource
@@ -111,8 +112,8 @@ class LfsAccess:
                               ".lfsconfig url in the tree, or an http(s) remote to derive it from")
         key = url or ""
         if key not in self._stores:
-            client = open_client(url, self.token, origin, self.settings.progress) \
-                if url else None
+            token = token_for(self.token, url, origin, self.repo.remote_url()) if url else None
+            client = open_client(url, token, origin, self.settings.progress) if url else None
             if self._root is None:
                 self._root = os.fspath(self.settings.cache) if self.settings.cache else \
                     tempfile.mkdtemp(prefix="lfs-", dir=self.repo.work)

@@ -5,6 +5,9 @@ The endpoint is the one given (``--lfs-url``), else the ``url`` of the ``.lfscon
 of the generation's tree (the daemon commits it), else git-lfs's discovery from the remote URL
 (``<remote>[.git]/info/lfs``, HTTP(S) remotes only). The token file holds one line (a bearer
 token); the token goes into request headers only and no message shows it or the file's bytes.
+Whoever pushed the tree wrote its ``.lfsconfig``: from a network remote, the token goes to an
+endpoint named there only on that remote's host (``token_for``); elsewhere the user names it
+with ``--lfs-url``.
 Every URL in a message is redacted (``http://***@host/...``). The retention record
 (``retention/<run>.retention``) is the work tree's file, else the one in the default branch's
 commit (pruning commits it after the generations it names).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Callable
 
@@ -30,6 +34,8 @@ from .client import LfsClient, lfs_url_for
 from .retention import MAX_RECORD, RetentionRecord, parse_record, record_path
 
 MAX_LFSCONFIG = 64 << 10
+FROM_TREE = "the tree's .lfsconfig"
+_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?([^:/]+):")
 _URL_LINE = re.compile(r"(?m)^\s*url\s*=\s*(\S+)\s*$")
 
 
@@ -82,13 +88,42 @@ def choose_endpoint(given: str | None, lfsconfig: bytes | None,
         return given, "--lfs-url"
     url = lfsconfig_url(lfsconfig) if lfsconfig else None
     if url:
-        return url, "the tree's .lfsconfig"
+        return url, FROM_TREE
     if remote:
         try:
             return lfs_url_for(remote), f"derived from {redact_url(remote)}"
         except LfsError:
             pass
     return None, "none"
+
+
+def token_for(token: str | None, url: str, origin: str, remote: str | None) -> str | None:
+    """``token``, if it may be sent to ``url`` (found in ``origin``, as ``choose_endpoint``
+    says). An endpoint the user named or derived from the remote gets it, and so does one
+    from the tree's ``.lfsconfig`` of a repository on this machine (no host: a local path or
+    ``file://``). From a network remote's tree (a CI checkout of a pull request, say), whose
+    ``.lfsconfig`` whoever pushed wrote, only an endpoint on that remote's host: a pushed
+    ``.lfsconfig`` must not collect the token. ConfigError, naming the endpoint and what to
+    do, otherwise."""
+    ours = url_host(remote)
+    if token is None or origin != FROM_TREE or ours is None or url_host(url) == ours:
+        return token
+    raise ConfigError(
+        f"the tree's .lfsconfig names the LFS endpoint {redact_url(url)[:200]!r}, not on the "
+        f"remote's host {ours}: the token is only sent to an endpoint on it or one you name: "
+        "expected --lfs-url (lfs_url) with that endpoint, if you trust it")
+
+
+def url_host(url: str | None) -> str | None:
+    """The host of a remote or endpoint URL (``scheme://host``, or git's ``user@host:path``);
+    None for a local path or ``file://``."""
+    if not url:
+        return None
+    if "://" in url:
+        host = urllib.parse.urlsplit(url).hostname
+        return host.lower() if host and not url.startswith("file:") else None
+    found = _SCP_LIKE.match(url)
+    return found[1].lower() if found and not os.path.isabs(url) else None
 
 
 def open_client(url: str, token: str | None, origin: str,

@@ -103,6 +103,7 @@ def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack)
         commit_file,
         open_client,
         read_token,
+        token_for,
     )
     from snapops.formats.lfs.objects import ObjectStore
     from snapops.formats.lfs.source import LfsSource, tag_manifests
@@ -114,9 +115,11 @@ def lfs_source(source, target: str, run: str, args, stack: contextlib.ExitStack)
     url, origin = choose_endpoint(args.lfs_url, lfsconfig, None)
     if url is None:
         raise ConfigError("--fetch-lfs: give --lfs-url (the tree has no .lfsconfig url)")
+    token = token_for(read_token(args.lfs_token_file, "--lfs-token-file"), url, origin,
+                      Git(target).text("config", "--get", "remote.origin.url", check=False)
+                      or None)
     downloaded = stack.enter_context(progress_bar("lfs objects", enabled=not args.json))
-    client = open_client(url, read_token(args.lfs_token_file, "--lfs-token-file"), origin,
-                         downloaded)
+    client = open_client(url, token, origin, downloaded)
     cache = args.lfs_cache or stack.enter_context(
         tempfile.TemporaryDirectory(prefix="snapops-lfs-"))
     return LfsSource(source, run, ObjectStore(cache, client),

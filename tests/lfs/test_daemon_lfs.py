@@ -17,6 +17,7 @@ from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
+from snapops.formats.lfs.access import lfsconfig_url
 from snapops.formats.lfs.client import LfsClient
 from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.lfs.source import LfsSource, tag_manifests
@@ -109,6 +110,22 @@ def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftl
     assert '"shards"' in fetched.stdout and "not fetched" not in fetched.stdout
     denied = subprocess.run(snapops + ["--fetch-lfs"], capture_output=True, text=True, check=False)
     assert denied.returncode == 1 and "[lfs]" in denied.stdout + denied.stderr
+    # cloned from a network remote on another host than the tree's .lfsconfig endpoint (a
+    # pushed .lfsconfig, say): the token goes there only when the user names the endpoint
+    endpoint = lfsconfig_url((clone / ".lfsconfig").read_bytes())
+    origin = git("config", "--get", "remote.origin.url", cwd=clone).strip()
+    git("config", "remote.origin.url", "git://localhost/weights.git", cwd=clone)
+    for argv in (snapops, [sys.executable, "-m", "snapops", "restore", str(clone), "--run", "t",
+                           "--gen", "11", "-o", str(tmp_path / "no.npz")]):
+        kept = subprocess.run(argv + ["--fetch-lfs"] * (argv is snapops) +
+                              ["--lfs-token-file", str(token)], capture_output=True, text=True)
+        assert kept.returncode == 2 and "not on the remote's host localhost" in kept.stderr, \
+            kept.stderr
+        assert token.read_text().strip() not in kept.stderr and kept.stderr.count("\n") == 1
+    named = subprocess.run(snapops + ["--fetch-lfs", "--lfs-token-file", str(token),
+                                      "--lfs-url", endpoint], capture_output=True, text=True)
+    assert named.returncode == 0, named.stderr
+    git("config", "remote.origin.url", origin, cwd=clone)
     ci = [sys.executable, "-m", "snapops", "verify", "--ci", "--range",
           "t/gen-000010..t/gen-000012", "--repo", str(clone), "--hmac-key",
           str(env.keys / "hmac.key"), "--json"]

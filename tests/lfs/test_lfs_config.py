@@ -9,6 +9,7 @@ from snapops.config.loader import load_config
 from snapops.config.schema import RemoteConfig
 from snapops.daemon.lfsstore import lfs_endpoint, lfs_token, write_lfs_files
 from snapops.formats.errors import ConfigError, FormatError
+from snapops.formats.lfs.access import FROM_TREE, token_for, url_host
 from snapops.formats.generation.manifest import (
     Header,
     Manifest,
@@ -77,3 +78,29 @@ def test_manifest_structure_ties_lfs_fields_to_the_store(store, fields, ok):
     else:
         with pytest.raises(FormatError, match="structure|LFS|keyframe"):
             check_structure(m)
+
+
+@pytest.mark.parametrize("url,host", [
+    ("https://Git.Example:8443/o/r.git", "git.example"), ("git://127.0.0.1/r.git", "127.0.0.1"),
+    ("ssh://me@git.example/r", "git.example"), ("me@git.example:o/r.git", "git.example"),
+    ("git.example:o/r.git", "git.example"), ("/srv/git/r.git", None), ("file:///srv/r", None),
+    ("../r.git", None), ("", None), (None, None),
+])
+def test_url_host_of_remotes_and_endpoints(url, host):
+    assert url_host(url) == host
+
+
+def test_the_token_goes_to_a_tree_endpoint_only_on_the_remotes_host():
+    endpoint = "https://lfs.example/o/r.git/info/lfs"
+    named, derived = "--lfs-url", "derived from https://lfs.example/o/r"
+    for origin in (named, derived):           # the user named it, or it is the remote's own
+        assert token_for("tok", endpoint, origin, "git://elsewhere/r.git") == "tok"
+    for remote in ("https://LFS.example/o/r", "/srv/git/r.git", None):
+        assert token_for("tok", endpoint, FROM_TREE, remote) == "tok"
+    assert token_for(None, endpoint, FROM_TREE, "https://elsewhere/r") is None
+    with pytest.raises(ConfigError, match=r"lfs\.example/o/r\.git/info/lfs', not on the remote's "
+                                          r"host elsewhere: .*expected --lfs-url") as raised:
+        token_for("tok-secret", endpoint, FROM_TREE, "https://elsewhere/o/r")
+    assert "tok-secret" not in str(raised.value)
+    with pytest.raises(ConfigError, match=r"https://\*\*\*@evil\.example"):
+        token_for("tok", "https://user:pw@evil.example/lfs", FROM_TREE, "me@git.example:r")
