@@ -196,6 +196,14 @@ def cli_diff(case: Case) -> None:
     case.cli("diff", case.pristine / case.path.relative_to(case.root), case.path)
 
 
+def review_manifests(case: Case) -> None:
+    """The generation review from two MANIFESTs alone (what CI posts on a pull request,
+    which it does not verify first), the pristine one against the mutated one, both ways."""
+    pristine = case.pristine / case.path.relative_to(case.root)
+    for a, b, fmt in ((pristine, case.path, "md"), (case.path, pristine, "json")):
+        case.cli("diff", a, b, "--manifest-only", "--format", fmt, "-o", case.out / "r")
+
+
 def cli_delta_apply(case: Case) -> None:
     case.cli("delta", "apply", case.root / "delta/base.wtxt", case.root / "delta/d.wtxtdelta",
              case.out / "o.wtxt", "--hmac-key", case.keys / "hmac.key")
@@ -306,6 +314,7 @@ TARGETS = {t.name: t for t in [
     Target("age", ("age/s.wtxt.age",), run_age),
     Target("manifest", (f"gen/snapshots/{RUN}/MANIFEST",), run_generation),
     Target("ledger", (f"gen/ledger/{RUN}.ledger",), run_generation),
+    Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
     Target("cli-verify", _FMT, cli_verify),
     Target("cli-inspect", _FMT, cli_inspect),
     Target("cli-convert", _FMT, cli_convert),
