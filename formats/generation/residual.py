@@ -25,7 +25,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 import zstandard as zstd
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.limits import (
     DEFAULT_LIMITS,
     DeclaredLimits,
@@ -168,8 +168,7 @@ def residual_planes(blob: bytes | memoryview, *, path: str = "residual",
     """The checked header of a residual and its decompressed byte planes (not yet applied)."""
     head = read_header(blob, path)
     check_declared("residual target", head.target_length, limits, path)
-    out = np.empty(head.target_length, np.uint8)
-    return head, decompress_planes(memoryview(blob)[HEADER.size:], head, out, path)
+    return head, decompress_planes(memoryview(blob)[HEADER.size:], head, None, path)
 
 
 def apply_planes(base: np.ndarray, head: ResidualHeader, planes: np.ndarray) -> np.ndarray:
@@ -297,13 +296,13 @@ def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
 
 
 def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeader,
-                      out: np.ndarray, path: str = "residual") -> np.ndarray:
+                      out: np.ndarray | None, path: str = "residual") -> np.ndarray:
     """The byte planes of a residual, decompressed into ``out`` (a writable uint8 array at
     least ``head.target_length`` long, which a caller decoding many residuals reuses: no fresh
-    memory per residual) and returned as its first ``target_length`` bytes. ``source`` is the
-    payload, or a file positioned at its first byte. The payload must be one zstd frame that
-    declares exactly that length (the encoder always writes it), so nothing beyond ``out`` is
-    ever written."""
+    memory per residual; None: a new one, allocated only once the frame declares that length)
+    and returned as its first ``target_length`` bytes. ``source`` is the payload, or a file
+    positioned at its first byte. The payload must be one zstd frame that declares exactly
+    that length (the encoder always writes it), so nothing beyond ``out`` is ever written."""
     length = head.target_length
     if isinstance(source, (bytes, bytearray, memoryview)):
         first = bytes(memoryview(source)[:FRAME_HEADER_MAX])
@@ -311,11 +310,14 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
         at = source.tell()
         first = source.read(FRAME_HEADER_MAX)
         source.seek(at)
-    planes = memoryview(out)[:length]
+    planes = memoryview(out)[:length] if out is not None else None
     got = 0
     try:
         declared = zstd.frame_content_size(first)
         if declared == length:
+            if out is None:
+                out = _allocate(length, path)
+                planes = memoryview(out)[:length]
             reader = zstd_decompressor().stream_reader(source, read_size=1 << 20,
                                                        closefd=False)
             while got < length and (n := reader.readinto(planes[got:])):
@@ -334,3 +336,12 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
                           got="unknown" if declared < 0 else
                           f"{declared if declared != length else got} bytes")
     return out[:length]
+
+
+def _allocate(length: int, path: str) -> np.ndarray:
+    try:
+        return np.empty(length, np.uint8)
+    except MemoryError:
+        raise LimitError("no memory for the residual's target", path=path, offset=8,
+                         check="limit", expected=f"{length} bytes free", got="MemoryError"
+                         ) from None

@@ -66,6 +66,16 @@ def build(folder: str | Path) -> dict:
             "download": {"href": "http://127.0.0.1:9/o/1"}}},
         {"oid": LFS_OIDS[1], "size": 3, "error": {"code": 404, "message": "not found"}}]},
         indent=1))
+    # an LFS-store residual (the XOR of two generations of one shard) and what it applies to
+    from snapops.formats.generation.residual import encode_residual
+
+    (root / "residual").mkdir()
+    base = state(1)["blocks.0.w"]
+    target = base * np.float32(1.001)
+    (root / "residual" / "base.bin").write_bytes(base.tobytes())
+    (root / "residual" / "target.bin").write_bytes(target.tobytes())
+    (root / "residual" / "r.snrs").write_bytes(
+        encode_residual(base.tobytes(), target.tobytes(), itemsize=4))
     # what numpy.savez_compressed writes (deflated members), bf16 left out: numpy has none
     np.savez_compressed(root / "npz" / "c.npz",
                         **{k: v for k, v in state().items() if v.dtype != ml_dtypes.bfloat16})

@@ -196,6 +196,17 @@ def cli_diff(case: Case) -> None:
     case.cli("diff", case.pristine / case.path.relative_to(case.root), case.path)
 
 
+def run_residual(case: Case) -> None:
+    """A residual as an LFS server could hand it over: its target's bytes or a typed error,
+    never other bytes."""
+    from snapops.formats.generation.residual import decode_residual
+
+    folder = case.root / "residual"
+    out = case.call(decode_residual, (folder / "base.bin").read_bytes(), case.path.read_bytes())
+    if out is not None and out != (folder / "target.bin").read_bytes():
+        raise Finding("a residual decoded to bytes other than its target's")
+
+
 def review_manifests(case: Case) -> None:
     """The generation review from two MANIFESTs alone (what CI posts on a pull request,
     which it does not verify first), the pristine one against the mutated one, both ways."""
@@ -314,6 +325,7 @@ TARGETS = {t.name: t for t in [
     Target("age", ("age/s.wtxt.age",), run_age),
     Target("manifest", (f"gen/snapshots/{RUN}/MANIFEST",), run_generation),
     Target("ledger", (f"gen/ledger/{RUN}.ledger",), run_generation),
+    Target("residual", ("residual/r.snrs",), run_residual),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
     Target("cli-verify", _FMT, cli_verify),
     Target("cli-inspect", _FMT, cli_inspect),

@@ -178,3 +178,25 @@ def test_compressed_npz_with_a_damaged_deflate_stream_is_a_typed_error(tmp_path,
         assert err.count("\n") == 1 and err.count("c.npz") == 1, err
     assert "decompressing" in failures[0], failures
     assert re.search(r"decompressing|Bad CRC-32", failures[1]), failures
+
+
+def test_a_residual_declaring_a_huge_target_is_refused_before_any_allocation():
+    """Fuzz seed 18, residual case 340: a header declaring a 4 GiB target made the decoder
+    allocate it before looking at the payload (MemoryError under the fuzzer's memory cap)."""
+    import struct
+    import tracemalloc
+
+    from snapops.formats.generation.residual import HEADER, decode_residual, encode_residual
+
+    base = np.arange(1000, dtype=np.float32)
+    blob = bytearray(encode_residual(base.tobytes(), (base * 2).tobytes(), itemsize=4))
+    struct.pack_into("<Q", blob, 8, (4 << 30) + 4000)         # the target length field
+    assert HEADER.unpack_from(blob)[4] == (4 << 30) + 4000
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=r"residual.*does not hold its declared length"):
+            decode_residual(base.tobytes(), bytes(blob))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
