@@ -9,7 +9,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from snapops.formats.errors import ConfigError
+from snapops.formats.errors import ConfigError, FormatError
+from snapops.formats.iosafe import open_input
 
 from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
 from .sizes import parse_size
@@ -34,6 +35,31 @@ META_TOKENS = {"snapshot.schema", "snapshot.build", "snapshot.host", "snapshot.c
 MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
 
+MAX_CONFIG = 1 << 20
+
+
+def _read_config(p: Path) -> dict[str, Any]:
+    """The config file's TOML: a regular file (a FIFO would block, /dev/zero never end) of
+    at most MAX_CONFIG bytes of UTF-8. ConfigError naming the file otherwise."""
+    try:
+        with open_input(p) as f:
+            raw = f.read(MAX_CONFIG + 1)
+    except FormatError as exc:       # "not a regular file (a FIFO)", "cannot read: ..."
+        raise ConfigError(f"{p}: config file: {exc.message}") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: config file: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG:
+        raise ConfigError(f"{p}: config larger than {MAX_CONFIG} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: config is not UTF-8 (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+
+
 def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, Any] | None = None) -> Config:
     """Read ``path`` (optional), apply SNAPOPS_* variables from ``env`` and ``overrides``
@@ -43,12 +69,7 @@ def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str]
     base = Path(".")
     if path is not None:
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+        data = _read_config(p)
         base = p.resolve().parent
     for key in data:
         if key not in SECTIONS:

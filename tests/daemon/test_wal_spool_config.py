@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -101,6 +104,25 @@ def test_config_layers_and_errors(tmp_path):
                       ('[snapshot\n', "invalid TOML")]:
         path.write_text(text)
         with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+            load_config(path, env={})
+
+
+def test_config_file_that_is_not_a_small_utf8_regular_file_is_one_line(tmp_path):
+    """A FIFO would block the daemon's start, /dev/zero would be read without end, and a
+    Latin-1 file raised a bare UnicodeDecodeError."""
+    fifo = tmp_path / "c.fifo"
+    os.mkfifo(fifo)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes('[snapshot]\nbuild = "caf\xe9"\n'.encode("latin-1"))
+    huge = tmp_path / "huge.toml"
+    huge.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    for path, why in [(fifo, r"not a regular file \(a FIFO\)"),
+                      ("/dev/zero", r"not a regular file \(a device\)"),
+                      (tmp_path, r"not a regular file \(a folder\)"),
+                      (tmp_path / "missing.toml", r"cannot read: No such file"),
+                      (latin, r"config is not UTF-8 \(byte 23\)"),
+                      (huge, r"config larger than 1048576 bytes")]:
+        with pytest.raises(ConfigError, match=re.escape(str(path)) + r": .*" + why):
             load_config(path, env={})
 
 
