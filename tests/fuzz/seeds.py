@@ -56,6 +56,27 @@ def build(folder: str | Path) -> dict:
                                         {"blocks.0.w": state()["blocks.0.w"]})}
     for rel, (opts, arrays) in variants.items():
         snapops.save(arrays, root / rel, gen=1, ts=TS, **opts)
+    # the daemon's inputs from training processes: a spool file (bf16 and a box: a rank's
+    # piece of a global array) and a WAL with requests, parts, commits and pushes
+    from snapops.daemon.spool import write_spool
+    from snapops.daemon.lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
+    from snapops.daemon.wal import Wal
+
+    (root / "daemon").mkdir()
+    spooled = dict(state(), emb=state()["emb"].view(np.uint16))     # as the client spools bf16
+    write_spool(root / "daemon" / "gen-000001.spool", 1, spooled, meta={"ts": TS},
+                bf16=frozenset({"emb"}), boxes={"blocks.0.w": ((32, 8), (16, 0))})
+    client = Wal(root / "daemon" / "wal.log")
+    for gen in (1, 2, 3):
+        client.append(REQ, gen, pid=4242, arrays=4)
+    client.close()
+    wal = Wal(root / "daemon" / "wal.log", writer="daemon")
+    wal.append(SPOOLED, 1, file="gen-000000000001.spool", bytes=1234)
+    wal.append(DROPPED, 2, reason="coalesced", by=3)
+    wal.append(SERIALIZED, 1, bytes=2345)
+    wal.append(COMMITTED, 1, commit="0" * 40, merkle="1" * 64, tag=f"{RUN}/gen-000001")
+    wal.append(PUSHED, 1, remote="origin")
+    wal.close()
     # an LFS batch answer as a server sends it: upload, verify and download actions, an error
     (root / "lfs").mkdir()
     (root / "lfs" / "batch.json").write_text(json.dumps({"transfer": "basic", "objects": [

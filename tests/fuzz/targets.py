@@ -207,6 +207,31 @@ def run_residual(case: Case) -> None:
         raise Finding("a residual decoded to bytes other than its target's")
 
 
+def run_spool(case: Case) -> None:
+    """A spool file as the daemon opens it: every array, CRC-checked."""
+    from snapops.daemon.spool import Spool
+
+    def read() -> None:
+        spool = Spool(case.path)
+        try:
+            for array in spool.arrays().values():
+                array.tobytes()
+        finally:
+            spool.close()
+    case.call(read)
+
+
+def run_wal(case: Case) -> None:
+    """The WAL replayed as the daemon replays it at start-up (bad lines are skipped and
+    reported, never raised) for one writer and for a world of two ranks."""
+    from snapops.daemon.wal import replay
+
+    for writers in (frozenset({"0"}), frozenset({"0", "1"})):
+        state, reader = case.call(replay, case.path, writers) or (None, None)
+        if state is not None:
+            state.in_state("REQUESTED", "COMMITTED", "PUSHED")
+
+
 def review_manifests(case: Case) -> None:
     """The generation review from two MANIFESTs alone (what CI posts on a pull request,
     which it does not verify first), the pristine one against the mutated one, both ways."""
@@ -326,6 +351,8 @@ TARGETS = {t.name: t for t in [
     Target("manifest", (f"gen/snapshots/{RUN}/MANIFEST",), run_generation),
     Target("ledger", (f"gen/ledger/{RUN}.ledger",), run_generation),
     Target("residual", ("residual/r.snrs",), run_residual),
+    Target("spool", ("daemon/gen-000001.spool",), run_spool),
+    Target("wal", ("daemon/wal.log",), run_wal),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
     Target("cli-verify", _FMT, cli_verify),
     Target("cli-inspect", _FMT, cli_inspect),
