@@ -228,8 +228,9 @@ def run_wal(case: Case) -> None:
 
     for writers in (frozenset({"0"}), frozenset({"0", "1"})):
         state, reader = case.call(replay, case.path, writers) or (None, None)
-        if state is not None:
-            state.in_state("REQUESTED", "COMMITTED", "PUSHED")
+        if state is not None:       # a skipped line or an ignored record is the refusal
+            state.in_state("REQ", "SPOOLED", "SERIALIZED", "COMMITTED", "PUSHED")
+            case.typed += bool(reader.bad or state.rejected or reader.problem)
 
 
 def review_manifests(case: Case) -> None:
