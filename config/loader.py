@@ -126,7 +126,12 @@ def _remotes(value) -> tuple[RemoteConfig, ...]:
             raise ConfigError(f"repo.remote[{i}]: expected exactly the keys name and url")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", str(item["name"])):
             raise ConfigError(f"repo.remote[{i}].name: expected [A-Za-z0-9._-]+")
-        remotes.append(RemoteConfig(str(item["name"]), str(item["url"])))
+        url = str(item["url"])
+        if not url or url.startswith("-") or any(ord(c) < 0x20 or c == "\x7f" for c in url):
+            raise ConfigError(f"repo.remote[{i}].url: expected a git URL or path (not empty, "
+                              "not starting with '-', no control characters): git would read "
+                              "one starting with '-' as an option")
+        remotes.append(RemoteConfig(str(item["name"]), url))
     if len({r.name for r in remotes}) != len(remotes):
         raise ConfigError("repo.remote: remote names must be unique")
     return tuple(remotes)

@@ -101,7 +101,12 @@ def test_config_layers_and_errors(tmp_path):
                       ('[snapshot]\nbuild = "v1 (rc)"\n', "snapshot.build: expected a token"),
                       ('[nope]\n', "nope"), ('[daemon]\ncolour = 1\n', "daemon.colour"),
                       ('[[repo.remote]]\nname = "a"\n', "repo.remote[0]"),
-                      ('[snapshot\n', "invalid TOML")]:
+                      ('[snapshot\n', "invalid TOML"),
+                      ('[[repo.remote]]\nname = "a"\nurl = "--upload-pack=touch x"\n',
+                       "repo.remote[0].url: expected a git URL or path"),
+                      ('[[repo.remote]]\nname = "a"\nurl = "/srv/a.git\\nx"\n',
+                       "repo.remote[0].url"),
+                      ('[[repo.remote]]\nname = "a"\nurl = ""\n', "repo.remote[0].url")]:
         path.write_text(text)
         with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
             load_config(path, env={})
