@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -27,6 +28,7 @@ def run_daemon(args) -> int:
     return Daemon(config).run()
 
 
+MAX_STATUS = 4 << 20
 # what only the running daemon knows (state/status.json), shown beside what the WAL says
 DAEMON_KEYS = ("pid", "started", "failures", "push", "retry_at", "retrying", "waiting_for_spool",
                "waiting_for_ranks", "wal_problem", "leftovers_removed", "node", "committer",
@@ -45,27 +47,55 @@ def run_status(args) -> int:
                                **Cluster.from_config(config).wal_scope())
     remotes = {r.name for r in config.repo.remotes}
     status = status_from(wal_state, remotes)
-    try:
-        daemon = json.loads(state_file.read_text())
-    except (OSError, ValueError):
-        daemon = {}
-    daemon = daemon if isinstance(daemon, dict) else {}
+    daemon, unreadable = _daemon_state(state_file)
     status["daemon"] = {k: daemon.get(k) for k in DAEMON_KEYS}
     status["daemon_running"] = _running(resolve(config, config.daemon.state_dir))
     status["wal_corrupt_lines"] = len(reader.bad)
+    if unreadable is not None:
+        status["daemon_status_unreadable"] = unreadable
     if args.json:
         json.dump(status, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
         return 0
     from .daemon_status import render_status
 
-    print(render_status(status, wal_state, sorted(remotes), now=time.time()))
+    try:
+        text = render_status(status, wal_state, sorted(remotes), now=time.time())
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        # status.json has a shape this snapops never writes: report the WAL's side alone
+        unreadable = f"{type(exc).__name__}: {exc}"[:200]
+        status["daemon"] = dict.fromkeys(DAEMON_KEYS)
+        text = render_status(status, wal_state, sorted(remotes), now=time.time())
+    print(text)
+    if unreadable is not None:
+        print(f"snapops: warning: {state_file}: not the daemon's status as this snapops writes "
+              f"it ({unreadable}); shown without it", file=sys.stderr)
     return 0
+
+
+def _daemon_state(path) -> tuple[dict, str | None]:
+    """What the running daemon last wrote (``{}`` when absent), and why it was set aside when
+    it is not a JSON object (a FIFO, a device or a huge file is never read whole)."""
+    from snapops.formats.errors import FormatError
+    from snapops.formats.iosafe import open_input
+
+    if not os.path.lexists(path):
+        return {}, None
+    try:
+        with open_input(path) as f:
+            data = f.read(MAX_STATUS + 1)
+        if len(data) > MAX_STATUS:
+            return {}, f"larger than {MAX_STATUS} bytes"
+        daemon = json.loads(data)
+    except FormatError as exc:
+        return {}, exc.message
+    except (OSError, ValueError, RecursionError) as exc:
+        return {}, f"{type(exc).__name__}: {exc}"[:200]
+    return (daemon, None) if isinstance(daemon, dict) else ({}, "not a JSON object")
 
 
 def _running(state_dir) -> bool:
     import fcntl
-    import os
 
     path = state_dir / "daemon.lock"
     if not path.exists():

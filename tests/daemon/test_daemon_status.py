@@ -5,6 +5,7 @@ config keys the push queue and the idle loop read."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -99,6 +100,39 @@ def test_status_command_without_a_daemon_and_json_form(tmp_path, capsys):
     assert main(["daemon", "status", "--config", str(config), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["daemon_running"] is False and data["last_pushed"] == {"origin": None}
+
+
+@pytest.mark.parametrize("content,why", [
+    ('{"pid": "x", "push": "zzz", "failures": {"a": 1}}', "AttributeError"),
+    ('[1, 2]', "not a JSON object"), ("not json", "JSONDecodeError"),
+    ("[" * 100000, "RecursionError"), (None, r"not a regular file \(a FIFO\)"),
+])
+def test_status_file_of_another_shape_is_set_aside_with_a_warning(tmp_path, capsys, content,
+                                                                  why):
+    """state/status.json is the daemon's own, but a damaged or planted one must not crash
+    (it raised AttributeError) or block (a FIFO) `daemon status`: the WAL's side is shown."""
+    import os
+
+    config = tmp_path / "snapops.toml"
+    config.write_text('[daemon]\nstate_dir = "state"\n'
+                      '[[repo.remote]]\nname = "origin"\nurl = "/nowhere.git"\n')
+    (tmp_path / "state").mkdir()
+    status = tmp_path / "state" / "status.json"
+    if content is None:
+        os.mkfifo(status)
+    else:
+        status.write_text(content)
+    assert main(["daemon", "status", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert "remote origin:" in captured.out and "generations: none yet" in captured.out
+    assert captured.err.count("\n") == 1 and str(status) in captured.err
+    assert re.search(why, captured.err) and "shown without it" in captured.err
+    assert main(["daemon", "status", "--config", str(config), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    if why == "AttributeError":       # valid JSON: --json hands it over as the daemon wrote it
+        assert data["daemon"]["push"] == "zzz" and "daemon_status_unreadable" not in data
+    else:
+        assert re.search(why, data["daemon_status_unreadable"])
 
 
 def test_push_and_idle_config_keys(tmp_path):
