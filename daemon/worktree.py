@@ -16,7 +16,9 @@ import stat
 from pathlib import Path
 
 from snapops.formats.atomic import atomic_write_bytes
+from snapops.formats.errors import FormatError
 from snapops.formats.gitcmd import GitResult, run_git
+from snapops.formats.iosafe import read_small_text
 
 from .safeio import StatKey, stat_key
 
@@ -184,8 +186,8 @@ def write_attributes_block(repo: str | os.PathLike, begin: str, end: str,
     (other lines are kept; an empty block removes the markers, an empty file is removed)."""
     path = Path(repo) / ATTRIBUTES
     try:
-        text = path.read_text()
-    except FileNotFoundError:
+        text = read_small_text(path) or ""
+    except FormatError:   # a symlink, a FIFO... a remote's tree planted: ours replaces it
         text = ""
     lines = text.splitlines()
     if begin in lines and end in lines[lines.index(begin):]:

@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
+from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import GitError
+from snapops.formats.iosafe import read_small_text
 from snapops.formats.gitcmd import GitResult, run_git
 
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
@@ -97,12 +99,13 @@ def setup_repo(repo: str | os.PathLike = ".", *, command: str | None = None,
 
 
 def write_attributes(path: Path) -> list[str]:
-    """Append each pattern line of GITATTRIBUTES whose pattern ``path`` does not mention yet."""
-    text = path.read_text() if path.exists() else ""
+    """Append each pattern line of GITATTRIBUTES whose pattern ``path`` does not mention yet
+    (the file is replaced whole, atomically; a symlink or a FIFO there is refused)."""
+    text = read_small_text(path) or ""
     have = {line.split()[0] for line in text.splitlines() if line.strip()
             and not line.lstrip().startswith("#")}
     missing = [line for line in GITATTRIBUTES.splitlines() if line.split()[0] not in have]
     if missing:
         sep = "" if not text or text.endswith("\n") else "\n"
-        path.write_text(text + sep + "\n".join(missing) + "\n")
+        atomic_write_bytes(path, (text + sep + "\n".join(missing) + "\n").encode())
     return missing

@@ -162,3 +162,19 @@ def test_no_branch_yet_empties_the_paths(tmp_path: Path) -> None:
     restore_paths(repo, "main", PATHS, record)
     assert not (repo / "snapshots/run").exists()
     assert record.files == {}
+
+
+def test_a_planted_gitattributes_symlink_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """The daemon's work tree follows the remote: a .gitattributes symlink pushed there must
+    not make the daemon read or append to the file it points at."""
+    from snapops.daemon.worktree import write_attributes_block
+
+    outside = tmp_path / "elsewhere"
+    outside.write_text("keep me\n")
+    repo = tmp_path / "work"
+    repo.mkdir()
+    (repo / ".gitattributes").symlink_to(outside)
+    write_attributes_block(repo, "# begin", "# end", ["*.wtxt -delta"])
+    assert outside.read_text() == "keep me\n"
+    assert not (repo / ".gitattributes").is_symlink()
+    assert (repo / ".gitattributes").read_text() == "# begin\n*.wtxt -delta\n# end\n"

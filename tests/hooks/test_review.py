@@ -403,6 +403,32 @@ def test_review_setup_configures_drivers(tmp_path, capsys):
     assert (repo / ".gitattributes").read_text() == attrs
 
 
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "latin1"])
+def test_review_setup_never_writes_through_a_planted_gitattributes(tmp_path, capsys, plant):
+    """A cloned tree may hold a .gitattributes that is a symlink to any file (it was appended
+    to), a FIFO (setup hung) or not UTF-8 (a traceback): each is one line, nothing written."""
+    import os
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    outside = tmp_path / "bashrc"
+    outside.write_text("export A=1\n")
+    attributes = repo / ".gitattributes"
+    if plant == "symlink":
+        attributes.symlink_to(outside)
+    elif plant == "fifo":
+        os.mkfifo(attributes)
+    else:
+        attributes.write_bytes("*.bin caf\xe9\n".encode("latin-1"))
+    capsys.readouterr()
+    assert cli(["review", "setup", str(repo), "--attributes"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ".gitattributes" in err, err
+    assert outside.read_text() == "export A=1\n"
+    assert plant != "latin1" or attributes.read_bytes() == "*.bin caf\xe9\n".encode("latin-1")
+
+
 def test_textconv_cli_is_what_git_runs(tmp_path):
     """The configured command itself (a separate process, as git runs it)."""
     a, _ = states()
