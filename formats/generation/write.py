@@ -138,6 +138,7 @@ def write_parts(root: Path, spec: GenerationSpec, gen: int, ts: str,
     check_layout(layout_boxes(ranks) + [RankBox(p.name, p.rank, p.dtype, p.shape, part.box)
                                         for r in received for p in r.pieces for part in p.parts])
     folder = root / "snapshots" / spec.run
+    refuse_symlinks(root, folder)
     parts = sorted([write_part(folder, spec, gen, ts, ranks, base), *received],
                    key=lambda r: [_rank_key(x) for x in r.ranks])
     manifest = Manifest(Header(spec.run, gen, ts, spec.build, spec.format, spec.store, world),
@@ -154,6 +155,20 @@ def write_parts(root: Path, spec: GenerationSpec, gen: int, ts: str,
     atomic_write_bytes(folder / "MANIFEST", text)
     return Written(sealed, text, changed + [f"{run}/MANIFEST"],
                    [f"{run}/{p}" for part in parts for p in part.dense])
+
+
+def refuse_symlinks(root: Path, folder: Path) -> None:
+    """No symlink between ``root`` and the run ``folder``, nor inside it: a tree that put one
+    there (a work tree checked out from a remote) would make the writer write outside."""
+    path, found = root, []
+    for part in folder.relative_to(root).parts:
+        path = path / part
+        found += [path] if path.is_symlink() else []
+    if not found and folder.is_dir():
+        found = [p for p in folder.rglob("*") if p.is_symlink()]
+    if found:
+        raise DataError(f"{found[0]}: a symlink in the run folder; refusing to write through "
+                        "it (expected plain folders and files, as snapops writes them)")
 
 
 def check_spec(spec: GenerationSpec) -> None:

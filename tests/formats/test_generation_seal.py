@@ -135,3 +135,20 @@ def test_replayed_older_manifest(sealed, tmp_path):
     assert report.failure.check == "chain"
     unchained = sealed.verify(copy, expect_prev=None)  # even without the history at hand
     assert unchained.failure.check == "ledger" and "does not seal" in str(unchained.failure)
+
+
+@pytest.mark.parametrize("where", ["snapshots", "snapshots/run1", "snapshots/run1/shards"])
+def test_the_writer_never_writes_through_a_symlink_in_the_run_folder(tmp_path, where):
+    """A work tree checked out from a remote may hold a symlink where the run folder goes;
+    writing a generation there would put shards and the MANIFEST outside the repository."""
+    from snapops.formats.errors import DataError
+
+    root, outside = tmp_path / "repo", tmp_path / "outside"
+    outside.mkdir()
+    link = root / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(DataError, match=r"symlink in the run folder; refusing to write"):
+        write_generation(root, GenerationSpec(run="run1"), 1, "2026-01-02T03:04:05Z",
+                         {"w": np.arange(6, dtype=np.float32)})
+    assert list(outside.iterdir()) == []
