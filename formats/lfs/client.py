@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import threading
@@ -159,7 +160,7 @@ class LfsClient:
         try:
             with self._open("GET", action["href"], None, _headers(action)) as resp, \
                     open(tmp, "wb") as out:
-                while block := resp.read(BLOCK):
+                while block := _read(resp, BLOCK, f"LFS object {oid}"):
                     got += len(block)
                     if got > size:
                         raise LfsError(f"LFS object {oid}: server sent more than {size} bytes")
@@ -183,21 +184,23 @@ class LfsClient:
     def _open(self, method: str, url: str, body, headers: dict):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise LfsError(f"LFS action href is not http(s): {redact_url(str(url))[:200]!r}")
-        request = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
+            request = urllib.request.Request(url, data=body, headers=headers, method=method)
             return _OPENER.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             detail = exc.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
             raise LfsHttpError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
                                f"{redact_url(detail)[:200]}", exc.code,
                                (exc.headers.get("Content-Type") or "").split(";")[0]) from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            # ValueError, InvalidURL: an href or a redirect no URL parser takes
             reason = getattr(exc, "reason", exc)
-            raise LfsError(f"LFS {method} {redact_url(url)}: {reason}") from None
+            raise LfsError(f"LFS {method} {redact_url(url)[:200]}: "
+                           f"{redact_url(str(reason))[:200]}") from None
 
     def _request(self, method: str, url: str, body, headers: dict) -> bytes:
         with self._open(method, url, body, headers) as resp:
-            return resp.read(MAX_JSON + 1)
+            return _read(resp, MAX_JSON + 1, f"LFS {method} {redact_url(url)[:200]}")
 
     def _json(self, method: str, url: str, body: bytes, headers: dict) -> dict:
         data = self._request(method, url, body, headers)
@@ -242,20 +245,33 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     it points to (urllib alone re-sends them; git-lfs drops them too)."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+        try:
+            if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+                raise LfsError(f"LFS {req.get_method()} {redact_url(req.full_url)}: redirected "
+                               f"to a URL that is not http(s): {redact_url(newurl)[:200]!r}")
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and _origin(newurl) != _origin(req.full_url):
+                new.headers = {k: v for k, v in new.headers.items()
+                               if k.lower() in ("accept", "content-type")}
+            return new
+        except BaseException:      # urllib closes the answer only when a request comes back
             fp.close()
-            raise LfsError(f"LFS {req.get_method()} {redact_url(req.full_url)}: redirected to "
-                           f"a URL that is not http(s): {redact_url(newurl)[:200]!r}")
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
-            new.headers = {k: v for k, v in new.headers.items()
-                           if k.lower() in ("accept", "content-type")}
-        return new
+            raise
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
-    parts = urllib.parse.urlsplit(url)
+    parts = urllib.parse.urlsplit(url)      # ValueError (a bad port): handled by _open
     return parts.scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+def _read(resp, size: int, what: str) -> bytes:
+    """Up to ``size`` bytes of a response; a connection cut or a malformed chunk mid-body
+    (``IncompleteRead``, a reset, a timeout, a chunk size that is not hex) is an LfsError."""
+    try:
+        return resp.read(size)
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        raise LfsError(f"{what}: the answer broke off ({type(exc).__name__}: "
+                       f"{str(exc)[:120]})") from None
 
 
 _OPENER = urllib.request.build_opener(_Redirects)

@@ -141,3 +141,45 @@ def test_a_deeply_nested_answer_is_a_typed_error(servers, tmp_path):
     client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN)
     with pytest.raises(LfsError, match=r"objects/batch: answer is not JSON"):
         client.download(OID, SIZE, tmp_path / OID)
+
+
+@pytest.mark.parametrize("href", ["http://127.0.0.1:abc/x", "http://[::1/x",
+                                  "http://exa mple.com/x", "http://127.0.0.1:99999999/x"])
+def test_an_href_no_url_parser_takes_is_a_typed_error(servers, tmp_path, href):
+    lfs = servers[0]
+    lfs.answer = batch_answer({"objects": [{"oid": OID, "actions": {"download": {"href": href}}}]})
+    client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN)
+    with pytest.raises(LfsError, match=r"LFS GET "):
+        client.download(OID, SIZE, tmp_path / OID)
+
+
+def test_a_redirect_to_a_malformed_url_is_a_typed_error(servers, tmp_path):
+    lfs = servers[0]
+    lfs.answer = lambda handler: handler.reply(302, b"", Location="http://127.0.0.1:99999999/x")
+    client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN)
+    with pytest.raises(LfsError, match=r"objects/batch: .*[Pp]ort"):
+        client.download(OID, SIZE, tmp_path / OID)
+
+
+@pytest.mark.parametrize("body", [b"5\r\nshard\r\nzz\r\n", b"5\r\nshard\r\n"])
+def test_an_answer_that_breaks_off_is_a_typed_error_and_leaves_no_file(servers, tmp_path, body):
+    """A chunked body with a chunk size that is not hex (ValueError from http.client), or cut
+    after its first chunk (IncompleteRead)."""
+    lfs = servers[0]
+    action = {"href": f"{lfs.url}/objects/{OID}"}
+
+    def answer(handler):
+        if handler.path.endswith("/objects/batch"):
+            batch_answer({"objects": [{"oid": OID, "actions": {"download": action}}]})(handler)
+            return
+        handler.send_response(200)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        handler.wfile.write(body)
+        handler.wfile.flush()
+        handler.close_connection = True
+    lfs.answer = answer
+    client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN)
+    with pytest.raises(LfsError, match=rf"LFS object {OID}: the answer broke off"):
+        client.download(OID, SIZE, tmp_path / "cache" / OID)
+    assert list((tmp_path / "cache").iterdir()) == []
