@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from snapops.formats.errors import ConfigError, FormatError
-from snapops.formats.iosafe import open_input
+from snapops.formats.iosafe import read_small_text
 
 from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
 from .sizes import parse_size
@@ -39,21 +39,14 @@ MAX_CONFIG = 1 << 20
 
 
 def _read_config(p: Path) -> dict[str, Any]:
-    """The config file's TOML: a regular file (a FIFO would block, /dev/zero never end) of
-    at most MAX_CONFIG bytes of UTF-8. ConfigError naming the file otherwise."""
+    """The config file's TOML: at most MAX_CONFIG bytes of UTF-8 in a regular file (a FIFO
+    would block, /dev/zero never end). ConfigError naming the file otherwise."""
     try:
-        with open_input(p) as f:
-            raw = f.read(MAX_CONFIG + 1)
-    except FormatError as exc:       # "not a regular file (a FIFO)", "cannot read: ..."
+        text = read_small_text(p, MAX_CONFIG, follow=True)
+    except FormatError as exc:       # "not a regular file (a FIFO)", "not UTF-8 text"...
         raise ConfigError(f"{p}: config file: {exc.message}") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: config file: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG:
-        raise ConfigError(f"{p}: config larger than {MAX_CONFIG} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: config is not UTF-8 (byte {exc.start})") from None
+    if text is None:
+        raise ConfigError(f"{p}: config file: cannot read: No such file or directory")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

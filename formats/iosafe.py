@@ -87,22 +87,27 @@ def open_input(path: str | os.PathLike, *, buffering: int = -1,
     return os.fdopen(fd, "rb", buffering=buffering)
 
 
-def read_small_text(path: str | os.PathLike, limit: int = 1 << 20) -> str | None:
-    """The UTF-8 text of a small file the user's tree holds (``.gitattributes``), read as any
-    input and never through a symlink (a cloned tree may plant one pointing anywhere); None
-    when there is no such file. FormatError naming the file otherwise."""
+def read_small_text(path: str | os.PathLike, limit: int = 1 << 20, *,
+                    follow: bool = False) -> str | None:
+    """The UTF-8 text of a small file (a tree's ``.gitattributes``, a config, the daemon's
+    status), read as any input: a regular file of at most ``limit`` bytes, never through a
+    symlink unless ``follow`` (a cloned tree may plant one pointing anywhere). None when there
+    is no such file; FormatError naming the file (and the byte, for bad UTF-8) otherwise."""
     name = user_path(path)
     if not os.path.lexists(name):
         return None
-    with open_input(name, follow=False) as f:
-        data = f.read(limit + 1)
+    try:
+        with open_input(name, follow=follow) as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise read_error(name, exc) from None
     if len(data) > limit:
         raise FormatError(f"larger than {limit} bytes", path=shown(name), check="io")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError("not UTF-8 text", path=shown(name), offset=exc.start,
-                          check="io") from None
+        raise FormatError(f"not UTF-8 text (byte {exc.start})", path=shown(name),
+                          offset=exc.start, check="io") from None
 
 
 def read_error(path: str, exc: OSError) -> FormatError:

@@ -77,19 +77,14 @@ def _daemon_state(path) -> tuple[dict, str | None]:
     """What the running daemon last wrote (``{}`` when absent), and why it was set aside when
     it is not a JSON object (a FIFO, a device or a huge file is never read whole)."""
     from snapops.formats.errors import FormatError
-    from snapops.formats.iosafe import open_input
+    from snapops.formats.iosafe import read_small_text
 
-    if not os.path.lexists(path):
-        return {}, None
     try:
-        with open_input(path) as f:
-            data = f.read(MAX_STATUS + 1)
-        if len(data) > MAX_STATUS:
-            return {}, f"larger than {MAX_STATUS} bytes"
-        daemon = json.loads(data)
+        text = read_small_text(path, MAX_STATUS, follow=True)
+        daemon = json.loads(text) if text is not None else {}
     except FormatError as exc:
         return {}, exc.message
-    except (OSError, ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         return {}, f"{type(exc).__name__}: {exc}"[:200]
     return (daemon, None) if isinstance(daemon, dict) else ({}, "not a JSON object")
 

@@ -125,8 +125,8 @@ def test_config_file_that_is_not_a_small_utf8_regular_file_is_one_line(tmp_path)
                       ("/dev/zero", r"not a regular file \(a device\)"),
                       (tmp_path, r"not a regular file \(a folder\)"),
                       (tmp_path / "missing.toml", r"cannot read: No such file"),
-                      (latin, r"config is not UTF-8 \(byte 23\)"),
-                      (huge, r"config larger than 1048576 bytes")]:
+                      (latin, r"config file: not UTF-8 text \(byte 23\)"),
+                      (huge, r"config file: larger than 1048576 bytes")]:
         with pytest.raises(ConfigError, match=re.escape(str(path)) + r": .*" + why):
             load_config(path, env={})
 
