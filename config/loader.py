@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -13,7 +14,7 @@ from snapops.formats.errors import ConfigError, FormatError
 from snapops.formats.iosafe import read_small_text
 
 from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
-from .sizes import parse_size
+from .sizes import parse_size, short_repr
 
 SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push", "cluster")
 SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold", "push.batch_bytes"}
@@ -134,23 +135,12 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     if key == "repo.remotes":
         return value
     try:
-        if key in SIZE_KEYS:
-            value = parse_size(value)
-        elif isinstance(default, bool):
-            value = _bool(value)
-        elif isinstance(default, int):
-            value = int(value) if not isinstance(value, bool) else _fail()
-        elif isinstance(default, float):
-            value = float(value) if not isinstance(value, bool) else _fail()
-        elif isinstance(default, tuple):
-            value = tuple(value.split(",")) if isinstance(value, str) else tuple(value)
-            if not all(isinstance(v, str) for v in value):
-                _fail()
-        elif not isinstance(value, str):
-            _fail()
-    except (TypeError, ValueError):   # ConfigError from parse_size is a ValueError too
-        raise ConfigError(f"{key}: expected {type(default).__name__}"
-                          f"{' size like 32MiB' if key in SIZE_KEYS else ''}, got {value!r}") from None
+        value = _typed(key, value, default)
+    except ConfigError as exc:                    # parse_size says what is wrong with a size
+        raise ConfigError(f"{key}: {exc}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key}: expected {type(default).__name__}, got {short_repr(value)}"
+                          ) from None
     if key in CHOICES and value not in CHOICES[key]:
         raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
     if key in MINIMUM and value < MINIMUM[key]:
@@ -167,6 +157,31 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
 
 def _fail():
     raise ValueError
+
+
+def _typed(key: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of ``default`` (sizes parsed); TypeError/ValueError if it is not."""
+    if key in SIZE_KEYS:
+        return parse_size(value)
+    if isinstance(value, bool) and not isinstance(default, bool):
+        _fail()
+    if isinstance(default, bool):
+        return _bool(value)
+    if isinstance(default, int):
+        return int(value)
+    if isinstance(default, float):
+        value = float(value)
+        if not math.isfinite(value):     # TOML's inf and nan: no timeout or delay means that
+            _fail()
+        return value
+    if isinstance(default, tuple):
+        value = tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+        if not all(isinstance(v, str) for v in value):
+            _fail()
+        return value
+    if not isinstance(value, str):
+        _fail()
+    return value
 
 
 def _bool(value) -> bool:

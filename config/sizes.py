@@ -17,6 +17,7 @@ import re
 from snapops.formats.errors import ConfigError
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+MAX_SIZE = 2**63 - 1          # bytes: what a file offset can hold
 _UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
           "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
 
@@ -24,9 +25,19 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
 def parse_size(value: str | int) -> int:
     """Bytes in ``value`` (an int, or text like ``256MiB``); ConfigError otherwise."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    match = _SIZE.fullmatch(str(value).strip()) if isinstance(value, str) else None
-    if not match:
-        raise ConfigError(f"not a size: {value!r} (try 32MiB, 256M or 1GB)")
-    unit = (match.group(2) or "").lower().removesuffix("b")
-    return int(float(match.group(1)) * _UNITS[unit])
+        size = value
+    else:
+        match = _SIZE.fullmatch(str(value).strip()) if isinstance(value, str) else None
+        if not match:
+            raise ConfigError(f"not a size: {short_repr(value)} (try 32MiB, 256M or 1GB)")
+        unit = (match.group(2) or "").lower().removesuffix("b")
+        size = float(match.group(1)) * _UNITS[unit]      # inf for a number too long to hold
+    if not size <= MAX_SIZE:
+        raise ConfigError(f"size {short_repr(value)}: larger than any file (at most 8 EiB)")
+    return int(size)
+
+
+def short_repr(value) -> str:
+    """``repr(value)``, its middle cut when long (a message stays one readable line)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} characters)"

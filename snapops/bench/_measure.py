@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import resource
 import statistics
@@ -198,6 +199,12 @@ def model_state(size: int, seed: int = 0, *, cols: int = 1024, layers: int | Non
 
 
 def fmt_bytes(n: float) -> str:
+    try:
+        n = float(n) if abs(n) >= 1024 else n
+    except OverflowError:               # an int beyond any float: no real size
+        return "-"
+    if not math.isfinite(n):
+        return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"

@@ -61,7 +61,7 @@ def run_status(args) -> int:
 
     try:
         text = render_status(status, wal_state, sorted(remotes), now=time.time())
-    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, OverflowError) as exc:
         # status.json has a shape this snapops never writes: report the WAL's side alone
         unreadable = f"{type(exc).__name__}: {exc}"[:200]
         status["daemon"] = dict.fromkeys(DAEMON_KEYS)

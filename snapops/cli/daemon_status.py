@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from snapops.bench._measure import fmt_bytes
 
@@ -31,8 +32,11 @@ def iso_time(epoch) -> str:
 
 
 def relative(seconds) -> str:
-    """``31 s``, ``4 min 10 s``, ``2 h 5 min`` for a duration."""
-    seconds = max(0, round(float(seconds)))
+    """``31 s``, ``4 min 10 s``, ``2 h 5 min`` for a duration; ``-`` for no number."""
+    seconds = float(seconds)
+    if not math.isfinite(seconds):
+        return "-"
+    seconds = max(0, round(seconds))
     if seconds < 60:
         return f"{seconds} s"
     if seconds < 3600:

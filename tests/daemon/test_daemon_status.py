@@ -135,6 +135,24 @@ def test_status_file_of_another_shape_is_set_aside_with_a_warning(tmp_path, caps
         assert re.search(why, data["daemon_status_unreadable"])
 
 
+def test_status_numbers_beyond_any_value_show_as_unknown(tmp_path, capsys):
+    """Found by the fuzzer: a status file with 1e400 (JSON's way to inf) for a time, or a
+    400-digit byte count, raised OverflowError in the text view."""
+    config = tmp_path / "snapops.toml"
+    config.write_text('[daemon]\nstate_dir = "state"\n'
+                      '[[repo.remote]]\nname = "origin"\nurl = "/nowhere.git"\n')
+    (tmp_path / "state").mkdir()
+    push = dict(status()["daemon"]["push"]["origin"], next_retry=float("inf"), eta=float("nan"))
+    push["in_flight"] = dict(push["in_flight"], bytes=10**400, seconds=float("inf"))
+    text = json.dumps({"pid": 4242, "started": NOW, "push": {"origin": push}})
+    (tmp_path / "state" / "status.json").write_text(text.replace("Infinity", "1e400"))
+    assert main(["daemon", "status", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "remote origin:" in captured.out
+    assert "pushing gen 3 (-): Writing objects 37%" in captured.out
+    assert "next retry in - (at -)" in captured.out and ", for -\n" in captured.out
+
+
 def test_push_and_idle_config_keys(tmp_path):
     path = tmp_path / "snapops.toml"
     path.write_text('[push]\nbatch_bytes = "64MiB"\nstall_timeout = 30\n'

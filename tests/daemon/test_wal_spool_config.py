@@ -112,6 +112,23 @@ def test_config_layers_and_errors(tmp_path):
             load_config(path, env={})
 
 
+@pytest.mark.parametrize("text,why", [
+    # found by the fuzzer: TOML's inf and a 400-digit size raised OverflowError
+    ("[cluster]\nworld_size = 1e400\n", r"cluster\.world_size: expected int, got inf"),
+    (f'[snapshot]\nshard_max = "{"9" * 400}MiB"\n',
+     r"snapshot\.shard_max: .*larger than any file \(at most 8 EiB\)"),
+    (f"[push]\nbatch_bytes = {2**63}\n", r"push\.batch_bytes: .*larger than any file"),
+    # nan passed every bound (each comparison is false); inf is no delay a daemon can wait
+    ("[daemon]\npoll_interval = nan\n", r"daemon\.poll_interval: expected float, got nan"),
+    ("[push]\nbackoff_max = inf\n", r"push\.backoff_max: expected float, got inf"),
+])
+def test_config_numbers_beyond_any_value_are_one_line(tmp_path, text, why):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=why):
+        load_config(path, env={})
+
+
 def test_config_file_that_is_not_a_small_utf8_regular_file_is_one_line(tmp_path):
     """A FIFO would block the daemon's start, /dev/zero would be read without end, and a
     Latin-1 file raised a bare UnicodeDecodeError."""

@@ -123,9 +123,138 @@ def build(folder: str | Path) -> dict:
                           sign_key=keys / "signing.key",
                           hmac_key=load_hmac_key(keys / "hmac.key"))
     seal_in_ledger(gen_root, RUN, write_generation(gen_root, spec, 1, TS, state()))
+    other_inputs(root, gen_root)
     layout = {"keys": "keys", "run": RUN}
     (root / "seeds.json").write_text(json.dumps(layout))
     return layout
+
+
+CONFIG = f"""[daemon]
+spool_dir = "spool"
+state_dir = "state"
+log_level = "info"
+log_format = "json"
+poll_interval = 60.0
+nice = 10
+cpu_policy = "batch"
+io_class = "best-effort"
+max_attempts = 3
+retry_initial = 0.5
+retry_max = 30.0
+abandon_after = 30.0
+
+[client]
+max_in_flight = 2
+policy = "coalesce"
+
+[snapshot]
+run = "{RUN}"
+format = "wtxt"
+row_blocking = true
+rows_per_chunk = 4
+shard_max = "32MiB"
+streaming_threshold = "1GiB"
+delta = false
+build = "b1"
+
+[seal]
+hmac_key = "keys/hmac.key"
+sign_key = "keys/signing.key"
+age_recipients = ["age1qyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqs3290gq"]
+
+[repo]
+path = "repo"
+branch = "main"
+compression = 0
+delta = "auto"
+gc_interval = 3600.0
+store = "lfs"
+lfs_url = "https://lfs.example/org/weights.git/info/lfs"
+lfs_token_file = "keys/lfs.token"
+keyframe_every = 8
+
+[[repo.remote]]
+name = "origin"
+url = "https://git.example/org/weights.git"
+
+[[repo.remote]]
+name = "backup"
+url = "/srv/git/weights.git"
+
+[push]
+backoff_initial = 1.0
+backoff_max = 300.0
+stall_timeout = 120.0
+batch_bytes = "256MiB"
+
+[cluster]
+world_size = 4
+ranks = "0-1"
+rank_timeout = 300.0
+node = "node-a"
+committer = "node-a"
+remote = "origin"
+"""
+
+
+def other_inputs(root: Path, gen_root: Path) -> None:
+    """What the daemon, a restore and the hooks read besides snapshot files: the config file,
+    the daemon's status file (beside a WAL), an LFS pointer, a tree's ``.lfsconfig``, and a
+    pre-receive hook's input lines for a bare repository that holds a sealed generation."""
+    import shutil
+    import subprocess
+
+    from snapops.formats.lfs.pointer import render_pointer
+
+    (root / "config").mkdir()
+    (root / "config" / "snapops.toml").write_text(CONFIG)
+    status = root / "status"
+    (status / "state").mkdir(parents=True)
+    (status / "spool").mkdir()
+    (status / "snapops.toml").write_text(
+        '[daemon]\nspool_dir = "spool"\nstate_dir = "state"\n[snapshot]\nrun = "run1"\n'
+        '[[repo.remote]]\nname = "origin"\nurl = "/srv/git/weights.git"\n')
+    shutil.copy(root / "daemon" / "wal.log", status / "spool" / "wal.log")
+    t = 1_780_000_000.0
+    push = {"url": "https://host/snap.git", "pending": [3], "depth": 1, "pending_bytes": 1 << 20,
+            "unmeasured": 0, "in_flight": {"gens": [3], "bytes": 1 << 20, "started": t - 12,
+                                           "seconds": 12.0, "phase": "Writing objects",
+                                           "percent": 37, "sent": 1 << 19, "rate": 1 << 16,
+                                           "last_line": ""},
+            "rate": 65536.0, "eta": 9.7, "attempts": 2, "last_error": "stalled",
+            "next_retry": t + 31, "backoff": 30.0, "last_pushed": 1, "last_success": t - 3600,
+            "pushed": 1, "default_branch": "refs/heads/main",
+            "history": [{"time": t - 60, "gens": [2], "ok": False, "error": "refused"}]}
+    (status / "state" / "status.json").write_text(json.dumps({
+        "pid": 4242, "started": t - 7500, "retry_at": t + 5,
+        "failures": [{"gen": 5, "stage": "serialize/commit", "error": "disk", "time": t}],
+        "push": {"origin": push}, "retrying": {"5": {"attempts": 1, "max_attempts": 3}},
+        "waiting_for_spool": [{"gen": 4, "writer": "0", "waiting_s": 12.5,
+                               "writer_alive": True}],
+        "waiting_for_ranks": [{"gen": 4, "missing": [1], "waiting_s": 3.0, "timeout_s": 300}],
+        "wal_problem": None, "leftovers_removed": ["x.tmp"], "node": "node-a",
+        "committer": "node-a", "ranks": [0, 1], "parts_remote_reachable": True,
+        "parts_refused": [{"gen": 3, "node": "node-b", "why": "bad seal"}]}, indent=1))
+    (root / "lfs" / "pointer").write_bytes(render_pointer(LFS_OIDS[0], 12))
+    (root / "lfs" / "lfsconfig").write_text(
+        "[lfs]\n\turl = https://lfs.example/org/weights.git/info/lfs\n")
+    hook = root / "hook"
+    work = hook / "work"
+    git = ["git", "-c", "user.name=s", "-c", "user.email=s@x", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", "--bare", str(hook / "remote.git")], check=True)
+    shutil.copytree(gen_root, work)
+    subprocess.run([*git, "-C", str(work), "init", "-q"], check=True)
+    subprocess.run([*git, "-C", str(work), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-q", "-m", "gen 1"], check=True)
+    subprocess.run([*git, "-C", str(work), "push", "-q", str(hook / "remote.git"),
+                    "HEAD:refs/heads/main", f"HEAD:refs/tags/{RUN}/gen-000001"], check=True)
+    commit = subprocess.run([*git, "-C", str(work), "rev-parse", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    shutil.rmtree(work)
+    zero = "0" * 40
+    (hook / "stdin").write_text(f"{zero} {commit} refs/heads/main\n"
+                                f"{zero} {commit} refs/tags/{RUN}/gen-000001\n"
+                                f"{commit} {zero} refs/heads/old\n")
 
 
 if __name__ == "__main__":

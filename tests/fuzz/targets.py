@@ -10,6 +10,8 @@ limit) is a finding.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import os
 import random
 import signal
@@ -25,7 +27,8 @@ FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
                 "aeroset": "aeroset/model.aeroset.json", "fold": "fold/s.fold",
                 "pycauset": "pycauset/s.pycauset", "finf": "finf/s.finf", "npz": "npz/s.npz",
                 "safetensors": "safetensors/s.safetensors", "pt": "pt/s.pt"}
-TEXT_FILES = (".wtxt", ".wsum", ".wtxtdelta", ".json", ".age", "MANIFEST", ".ledger")
+TEXT_FILES = (".wtxt", ".wsum", ".wtxtdelta", ".json", ".age", "MANIFEST", ".ledger", ".toml",
+              "pointer", "lfsconfig", ".key", ".pub", "stdin")
 CONVERT_TO = ("wtxt", "fold", "npz", "safetensors", "aero", "finf", "pycauset")
 
 
@@ -250,6 +253,68 @@ def cli_decrypt(case: Case) -> None:
     case.cli("decrypt", case.path, case.out / "plain", "-i", case.keys / "age.key")
 
 
+def run_config(case: Case) -> None:
+    """The daemon's config file as ``load_config`` reads it (no environment overrides)."""
+    from snapops.config import load_config
+
+    case.call(load_config, case.path, env={})
+
+
+def run_daemon_status(case: Case) -> None:
+    """``snapops daemon status`` (text and JSON) on a status file the daemon did not write."""
+    from snapops.cli.daemon import _daemon_state
+
+    config = case.root / "status" / "snapops.toml"
+    case.cli("daemon", "status", "--config", config)
+    case.cli("daemon", "status", "--config", config, "--json")
+    case.typed += _daemon_state(case.path)[1] is not None    # set aside, with a warning
+
+
+def run_lfs_pointer(case: Case) -> None:
+    """A pointer file in a tree: recognised and parsed, or refused."""
+    from snapops.formats.lfs.pointer import is_pointer, parse_pointer
+
+    data = case.path.read_bytes()
+    is_pointer(data)
+    case.call(parse_pointer, data, str(case.path))
+
+
+def run_lfsconfig(case: Case) -> None:
+    """A tree's ``.lfsconfig``: the endpoint it names, and a client for it (refused unless
+    http(s))."""
+    from snapops.formats.lfs.access import choose_endpoint, open_client
+
+    url, where = choose_endpoint(None, case.path.read_bytes(), "https://git.example/o/r.git")
+    if url is not None:
+        case.call(open_client, url, None, where)
+
+
+def run_key_file(case: Case) -> None:
+    """A key file as the commands that take one read it; then a verify that uses it."""
+    from snapops.formats.armor import load_identities
+    from snapops.formats.keys import (
+        load_hmac_key, load_public_key, load_signing_key, load_trusted_keys,
+    )
+
+    loader = {"hmac.key": load_hmac_key, "signing.key": load_signing_key,
+              "signing.pub": load_public_key, "age.key": load_identities}[case.path.name]
+    case.call(loader, case.path)
+    case.call(load_trusted_keys, [case.keys])
+    cli_verify(dataclasses.replace(case, path=case.root / FORMAT_FILES["wtxt"]))
+
+
+def run_pre_receive(case: Case) -> None:
+    """A pre-receive hook's input lines (what git writes to its stdin), on a bare repository
+    that holds a sealed generation: an exit code of 0 or 1, never an exception."""
+    from snapops.hooks.runner import run_hook
+
+    code = case.call(run_hook, "pre-receive", [], repo=str(case.root / "hook" / "remote.git"),
+                     stdin=io.BytesIO(case.path.read_bytes()), out=io.StringIO())
+    if code not in (None, 0, 1):
+        raise Finding(f"pre-receive exited {code}")
+    case.typed += code == 1
+
+
 # writers: random snapshots (odd names, every dtype, empty and 0-d shapes, edge gen values)
 # written and read back: a DataError refusal, or the same names, dtypes and bits
 NAMES = ("w", "a.b", "layer.0.weight", "\u00e9", "x" * 300, "", " ", "a/b", "..", "a\nb",
@@ -354,6 +419,13 @@ TARGETS = {t.name: t for t in [
     Target("residual", ("residual/r.snrs",), run_residual),
     Target("spool", ("daemon/gen-000001.spool",), run_spool),
     Target("wal", ("daemon/wal.log",), run_wal),
+    Target("config", ("config/snapops.toml",), run_config),
+    Target("daemon-status", ("status/state/status.json",), run_daemon_status),
+    Target("lfs-pointer", ("lfs/pointer",), run_lfs_pointer),
+    Target("lfsconfig", ("lfs/lfsconfig",), run_lfsconfig),
+    Target("key-file", ("keys/hmac.key", "keys/signing.key", "keys/signing.pub",
+                        "keys/age.key"), run_key_file),
+    Target("pre-receive", ("hook/stdin",), run_pre_receive),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
     Target("cli-verify", _FMT, cli_verify),
     Target("cli-inspect", _FMT, cli_inspect),
