@@ -117,6 +117,12 @@ SUITES = [
                             "help": "only these formats (repeatable; default both)"}),
            (("--rounds",), {"type": int, "default": 2,
                             "help": "timed rounds after one warm-up round (default 2)"}))),
+    Suite("machine", "this machine's floors: hashing, new memory, page cache and disk",
+          "SHA-256 (one core and two threads) and BLAKE3 (one core) of --size bytes; a copy "
+          "into memory touched before against the first touch of new memory; a file written "
+          "through the page cache and fsync'd against O_DIRECT, and read uncached and cached. "
+          "Every other suite's targets stand on these numbers.",
+          "snapops bench machine --size 256MiB", "256MiB", (_ROUNDS,)),
     Suite("storage", "git vs LFS store: bytes stored per generation, push, clone, restore",
           "A real daemon writes --gens generations of a --size state (dense f32, dense bf16, "
           "1%-rows sparse f32) into a bare remote, with store = git (WTXT) and store = lfs "

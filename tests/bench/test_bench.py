@@ -56,6 +56,22 @@ def test_formats_suite_runs_each_format(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_machine_suite_measures_every_floor_and_leaves_nothing(tmp_path, capsys):
+    r = _bench(capsys, "machine", "--size", "4MiB", "--rounds", "1", "--workdir", str(tmp_path))
+    floors = {k for k in r if k.endswith("_MBps")}
+    assert floors >= {"sha256_1core_MBps", "sha256_2threads_MBps", "blake3_1core_MBps",
+                      "memory_copy_reused_MBps", "memory_first_touch_MBps",
+                      "disk_write_page_cache_fsync_MBps", "disk_read_uncached_MBps",
+                      "disk_read_page_cache_MBps"}
+    assert ("disk_write_o_direct_fsync_MBps" in floors) == r["o_direct"]
+    assert r["size"] == 4 << 20 and all(r[k] > 0 for k in floors)
+    assert list(tmp_path.iterdir()) == []
+    assert main(["bench", "machine", "--size", "1", "--rounds", "1",
+                 "--workdir", str(tmp_path)]) == 0        # rounded up to one 4 MiB block
+    out = capsys.readouterr().out
+    assert "4.0 MiB per operation" in out and "SHA-256, one core" in out and "ns/byte" in out
+
+
 def test_restore_suite_restores_next_to_its_references(tmp_path, capsys):
     r = _bench(capsys, "restore", "--size", "1MiB", "--format", "aero", "--rounds", "1",
                "--workdir", str(tmp_path))
