@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from snapops.formats.errors import FormatError
-from snapops.formats.generation.manifest import MAX_BYTES
+from snapops.formats.generation.manifest import MAX_BYTES, parse_manifest
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.generation.verify import (
     manifest_path, remember_verified, verify_generation,
 )
 from snapops.formats.ledger import LedgerReport
+from snapops.formats.lfs.retention import MAX_RECORD, check_not_pruned, parse_record
 from snapops.formats.report import Report
 
 from .gitio import Git
@@ -115,7 +116,32 @@ class Checker:
             if ledger is not None:
                 outcome.reports.append(self._ledger(ledger, before))
             outcome.reports.append(self._generation(source, run, parent, changes))
+        for run, change in sorted(runs.records.items()):
+            if change.new is not None:
+                outcome.reports.append(self._retention(source.commit, run, change.path))
         return outcome
+
+    def _retention(self, tree: str, run: str, path: str) -> Report:
+        """A pushed retention record parses, prunes nothing its policy keeps, and not the
+        run's generation in the same tree (the newest: every policy keeps it)."""
+        report = Report(path=path, format="retention")
+        try:
+            data = small_blob(self.git, f"{tree}:{path}", MAX_RECORD)
+            if data is None:
+                raise FormatError("larger than any retention record", path=path, check="limit",
+                                  expected=f"at most {MAX_RECORD} bytes", got="more")
+            record = parse_record(data, path)
+            manifest = small_blob(self.git, f"{tree}:{manifest_path(run)}", MAX_BYTES)
+            if manifest is None:
+                raise FormatError(f"a retention record of run {run}, which has no generation "
+                                  "in this tree", path=path, check="retention",
+                                  expected=f"{manifest_path(run)}", got="none")
+            check_not_pruned(record, parse_manifest(manifest, manifest_path(run)).header.gen,
+                             path)
+        except FormatError as exc:
+            return report.fail(exc)
+        report.passed("retention")
+        return report
 
     def _ledger(self, change: TreeChange, before: str) -> Report:
         report = check_append_only(self.git, change.path, change.new, change.old, before)

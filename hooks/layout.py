@@ -1,14 +1,18 @@
 """The layout of a snapshot repository: which changed paths belong to which generation.
 
-A commit may change three kinds of paths, and nothing else under ``snapshots/`` or ``ledger/``:
+A commit may change these paths, and nothing else under ``snapshots/``, ``ledger/`` or
+``retention/``:
 
-========================  =====================================================================
-``snapshots/<run>/...``   a file of run ``<run>``'s generation: the run is verified as a whole
-                          (its MANIFEST says which files exist, in which format; companions
-                          such as WSUM are the MANIFEST's ``file`` lines)
-``ledger/<run>.ledger``   the run's ledger: append-only, and the run is verified as a whole
-anything else             outside snapshots/ and ledger/: not snapops' business
-========================  =====================================================================
+==============================  ===============================================================
+``snapshots/<run>/...``         a file of run ``<run>``'s generation: the run is verified as a
+                                whole (its MANIFEST says which files exist, in which format;
+                                companions such as WSUM are the MANIFEST's ``file`` lines)
+``ledger/<run>.ledger``         the run's ledger: append-only, and the run is verified as a whole
+``retention/<run>.retention``   the LFS store's retention record (``snapops lfs prune``): a
+                                regular file that parses and prunes no generation its own policy
+                                keeps, nor the run's generation in the same tree
+anything else                   not snapops' business
+==============================  ===============================================================
 
 Every changed path, anywhere in the tree, must be a plain relative path
 (:func:`~snapops.formats.generation.source.safe_relpath`): a crafted tree with ``..`` or
@@ -29,8 +33,8 @@ from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import valid_run
 from snapops.formats.generation.source import FILE, entry_kind, safe_relpath
 
-SNAPSHOTS, LEDGERS = "snapshots", "ledger"
-LEDGER_SUFFIX = ".ledger"
+SNAPSHOTS, LEDGERS, RETENTION = "snapshots", "ledger", "retention"
+LEDGER_SUFFIX, RECORD_SUFFIX = ".ledger", ".retention"
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Sorted:
 
     runs: set[str] = field(default_factory=set)
     ledgers: dict[str, TreeChange] = field(default_factory=dict)  # run -> ledger change
+    records: dict[str, TreeChange] = field(default_factory=dict)  # run -> retention record
     problems: list[FormatError] = field(default_factory=list)
 
 
@@ -84,7 +89,7 @@ def sort_changes(changes: list[TreeChange]) -> Sorted:
 def _sort_one(change: TreeChange, result: Sorted) -> None:
     path = safe_relpath(change.path)
     top, _, rest = path.partition("/")
-    if top.lower() not in (SNAPSHOTS, LEDGERS):
+    if top.lower() not in (SNAPSHOTS, LEDGERS, RETENTION):
         return
     if top == SNAPSHOTS and "/" in rest and valid_run(rest.split("/", 1)[0]):
         result.runs.add(rest.split("/", 1)[0])
@@ -98,9 +103,19 @@ def _sort_one(change: TreeChange, result: Sorted) -> None:
         result.runs.add(run)
         result.ledgers[run] = change
         return
+    run = rest.removesuffix(RECORD_SUFFIX)
+    if top == RETENTION and rest.endswith(RECORD_SUFFIX) and valid_run(run):
+        if change.new is not None and change.new_kind != FILE:
+            raise FormatError(f"a retention record must be a regular file, not a "
+                              f"{change.new_kind}", path=path, check="layout",
+                              expected="a regular file", got=change.new_kind)
+        result.records[run] = change
+        return
     raise FormatError("no rule allows this path (a generation lives in snapshots/<run>/, its "
-                      "ledger in ledger/<run>.ledger)", path=path, check="layout",
-                      expected="snapshots/<run>/<file> or ledger/<run>.ledger", got=path[:120])
+                      "ledger in ledger/<run>.ledger, its retention record in "
+                      "retention/<run>.retention)", path=path, check="layout",
+                      expected="snapshots/<run>/<file>, ledger/<run>.ledger or "
+                      "retention/<run>.retention", got=path[:120])
 
 
 def small_blob(git, spec: str, limit: int) -> bytes | None:

@@ -28,6 +28,7 @@ from typing import Callable
 
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import ConfigError, GitError, LfsError
+from snapops.formats.iosafe import read_small_text
 from snapops.formats.keys import read_key_file
 
 from .client import LfsClient, lfs_url_for
@@ -59,13 +60,13 @@ def commit_file(git, rev: str, path: str, limit: int) -> bytes | None:
 def read_record(git, worktree: str | os.PathLike | None, run: str,
                 rev: str = "HEAD") -> RetentionRecord | None:
     """The retention record of ``run``: the file in ``worktree`` (when given and present), else
-    commit ``rev``'s; None when neither holds one. FormatError for a malformed one."""
-    path = Path(worktree, record_path(run)) if worktree is not None else None
-    try:
-        data = path.read_bytes()[:MAX_RECORD + 1] if path is not None and path.is_file() \
-            else commit_file(git, rev, record_path(run), MAX_RECORD + 1)
-    except OSError:
-        data = None
+    commit ``rev``'s; None when neither holds one. FormatError for a malformed one, and for a
+    work-tree file that is not a regular file (a symlink, a FIFO) or is over ``MAX_RECORD``."""
+    text = None
+    if worktree is not None:     # a checked-out tree: a symlink there may point anywhere
+        text = read_small_text(Path(worktree, record_path(run)), MAX_RECORD)
+    data = text.encode("utf-8") if text is not None else \
+        commit_file(git, rev, record_path(run), MAX_RECORD + 1)
     return parse_record(data, record_path(run)) if data is not None else None
 
 

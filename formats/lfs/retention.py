@@ -82,18 +82,44 @@ def _gens(gens) -> str:
     return ",".join(str(g) for g in sorted(gens)) or "-"
 
 
-def _parse_gens(text: str) -> frozenset[int]:
-    return frozenset() if text == "-" else frozenset(int(g) for g in text.split(","))
+def _parse_gens(text: str, what: str, path: str) -> frozenset[int]:
+    gens = [] if text == "-" else [int(g) for g in text.split(",")]
+    if any(a >= b for a, b in zip(gens, gens[1:])):
+        raise FormatError(f"the {what} generations are not in increasing order, each once",
+                          path=path, check="retention", expected="e.g. 1,2,6 (as snapops "
+                          "writes them)", got=text[:80])
+    return frozenset(gens)
 
 
 def parse_record(data: bytes, path: str = "retention record") -> RetentionRecord:
+    """The record in ``data``; FormatError unless it is one as snapops writes it (canonical,
+    and pruning no generation its own policy keeps: no milestone, no multiple of
+    ``keep_every``)."""
     m = _RECORD.fullmatch(data[:MAX_RECORD + 1].decode("ascii", "replace"))
     if m is None or len(data) > MAX_RECORD:
         raise FormatError("not a retention record", path=path, offset=0, check="retention",
                           expected=f"{MAGIC} / policy ... / pruned ... lines",
                           got=repr(data[:60]))
-    policy = Policy(int(m["last"]), int(m["every"]), _parse_gens(m["milestones"]))
-    return RetentionRecord(policy, _parse_gens(m["pruned"]))
+    policy = Policy(int(m["last"]), int(m["every"]),
+                    _parse_gens(m["milestones"], "milestone", path))
+    pruned = _parse_gens(m["pruned"], "pruned", path)
+    kept = sorted(g for g in pruned if g in policy.milestones
+                  or (policy.keep_every and g % policy.keep_every == 0))
+    if kept:
+        raise FormatError(f"it prunes gen {kept[0]}, which its own policy keeps", path=path,
+                          check="retention", expected=f"no milestone and no multiple of "
+                          f"keep_every pruned ({policy.describe()})", got=_gens(kept)[:80])
+    return RetentionRecord(policy, pruned)
+
+
+def check_not_pruned(record: RetentionRecord, gen: int, path: str) -> None:
+    """FormatError when ``record`` prunes ``gen``, the newest generation of the tree that holds
+    the record: every policy keeps the newest (``keep_last`` >= 1)."""
+    if gen in record.pruned:
+        raise FormatError(f"it prunes gen {gen}, the newest generation of its own tree",
+                          path=path, check="retention",
+                          expected=f"pruned generations older than gen {gen}",
+                          got=_gens(record.pruned)[-80:])
 
 
 @dataclass

@@ -199,8 +199,9 @@ remote = "origin"
 
 def other_inputs(root: Path, gen_root: Path) -> None:
     """What the daemon, a restore and the hooks read besides snapshot files: the config file,
-    the daemon's status file (beside a WAL), an LFS pointer, a tree's ``.lfsconfig``, and a
-    pre-receive hook's input lines for a bare repository that holds a sealed generation."""
+    the daemon's status file (beside a WAL), an LFS pointer, a retention record, a tree's
+    ``.lfsconfig``, and a pre-receive hook's input lines for a bare repository that holds a
+    sealed generation."""
     import shutil
     import subprocess
 
@@ -236,6 +237,10 @@ def other_inputs(root: Path, gen_root: Path) -> None:
         "committer": "node-a", "ranks": [0, 1], "parts_remote_reachable": True,
         "parts_refused": [{"gen": 3, "node": "node-b", "why": "bad seal"}]}, indent=1))
     (root / "lfs" / "pointer").write_bytes(render_pointer(LFS_OIDS[0], 12))
+    from snapops.formats.lfs.retention import Policy, RetentionRecord
+
+    (root / "lfs" / "run1.retention").write_bytes(
+        RetentionRecord(Policy(4, 5, frozenset({3, 40})), frozenset({1, 2, 6})).render())
     (root / "lfs" / "lfsconfig").write_text(
         "[lfs]\n\turl = https://lfs.example/org/weights.git/info/lfs\n")
     hook = root / "hook"

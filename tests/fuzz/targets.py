@@ -28,7 +28,7 @@ FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
                 "pycauset": "pycauset/s.pycauset", "finf": "finf/s.finf", "npz": "npz/s.npz",
                 "safetensors": "safetensors/s.safetensors", "pt": "pt/s.pt"}
 TEXT_FILES = (".wtxt", ".wsum", ".wtxtdelta", ".json", ".age", "MANIFEST", ".ledger", ".toml",
-              "pointer", "lfsconfig", ".key", ".pub", "stdin")
+              "pointer", "lfsconfig", ".retention", ".key", ".pub", "stdin")
 CONVERT_TO = ("wtxt", "fold", "npz", "safetensors", "aero", "finf", "pycauset")
 
 
@@ -279,6 +279,17 @@ def run_lfs_pointer(case: Case) -> None:
     case.call(parse_pointer, data, str(case.path))
 
 
+def run_retention(case: Case) -> None:
+    """A tree's retention record (which generations' LFS objects were pruned): parsed and
+    rendered back to the same bytes, or refused."""
+    from snapops.formats.lfs.retention import parse_record
+
+    data = case.path.read_bytes()
+    record = case.call(parse_record, data, str(case.path))
+    if record is not None and record.render() != data:
+        raise Finding("a retention record parsed into one that renders other bytes")
+
+
 def run_lfsconfig(case: Case) -> None:
     """A tree's ``.lfsconfig``: the endpoint it names, and a client for it (refused unless
     http(s))."""
@@ -423,6 +434,7 @@ TARGETS = {t.name: t for t in [
     Target("daemon-status", ("status/state/status.json",), run_daemon_status),
     Target("lfs-pointer", ("lfs/pointer",), run_lfs_pointer),
     Target("lfsconfig", ("lfs/lfsconfig",), run_lfsconfig),
+    Target("retention", ("lfs/run1.retention",), run_retention),
     Target("key-file", ("keys/hmac.key", "keys/signing.key", "keys/signing.pub",
                         "keys/age.key"), run_key_file),
     Target("pre-receive", ("hook/stdin",), run_pre_receive),

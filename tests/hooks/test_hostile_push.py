@@ -280,6 +280,46 @@ def test_stray_files_under_snapshots_and_ledger(world):
     assert "snapshots/x: [layout]" in stderr and "ledger/foo.txt: [layout]" in stderr
 
 
+@pytest.mark.parametrize("pruned,message", [
+    ("1,2", "it prunes gen 2, the newest generation of its own tree"),
+    ("1", "it prunes gen 1, which its own policy keeps"),             # a milestone
+    ("2,1", "not in increasing order"),
+])
+def test_retention_record_that_prunes_what_it_must_keep(world, pruned, message):
+    """A pushed record saying the newest generation (or a milestone) is pruned would make
+    every restore of it refuse with "pruned by retention": the record must hold together."""
+    record = world.work.path / "retention" / f"{RUN}.retention"
+    record.parent.mkdir()
+    milestones = "1" if pruned == "1" else "-"
+    record.write_text(f"SNAPOPS-RETENTION 1\npolicy keep_last=1 keep_every=0 "
+                      f"milestones={milestones}\npruned {pruned}\n")
+    commit_all(world, "retention record")
+    world.refused("main", rule="retention", message=message)
+    world.ci_fails("origin/main", rule="retention")
+
+
+def test_retention_record_that_holds_is_accepted(world):
+    """What `snapops lfs prune` writes after gen 2 with --keep-last 1: gen 1 pruned."""
+    record = world.work.path / "retention" / f"{RUN}.retention"
+    record.parent.mkdir()
+    record.write_text("SNAPOPS-RETENTION 1\npolicy keep_last=1 keep_every=0 milestones=-\n"
+                      "pruned 1\n")
+    commit_all(world, "retention record")
+    pushed = world.work.push("main")
+    assert pushed.returncode == 0, pushed.stderr
+    assert world.remote.out("rev-parse", "main") == world.work.head()
+
+
+def test_retention_record_as_a_symlink_or_a_stray_file(world):
+    folder = world.work.path / "retention"
+    folder.mkdir()
+    os.symlink("/etc/passwd", folder / f"{RUN}.retention")
+    (folder / "notes.txt").write_text("x\n")
+    commit_all(world, "retention links")
+    stderr = world.refused("main", rule="layout", message="must be a regular file, not a symlink")
+    assert "retention/notes.txt: [layout] no rule allows this path" in stderr
+
+
 # --- refs ------------------------------------------------------------------------------------
 
 def test_deleting_a_generation_tag_or_the_branch_then_pushing_again(world):

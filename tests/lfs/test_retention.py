@@ -4,6 +4,7 @@ generations verify as "pruned by retention", a restore of one says so, kept ones
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -139,3 +140,39 @@ def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
     del manifests[8]
     with pytest.raises(FormatError, match="base"):
         plan_retention(manifests, Policy(1))
+
+
+@pytest.mark.parametrize("body,why", [
+    # found by the fuzzer: a list out of order or with a repeat parsed into a set, so the
+    # record rendered back to other bytes than it was read from
+    ("milestones=-\npruned 6,2", r"pruned generations are not in increasing order"),
+    ("milestones=-\npruned 2,2,6", r"pruned generations are not in increasing order"),
+    ("milestones=5,3\npruned 2", r"milestone generations are not in increasing order"),
+    # a record that prunes what its own policy keeps does not come from `snapops lfs prune`
+    ("milestones=3\npruned 1,3", r"it prunes gen 3, which its own policy keeps"),
+    ("milestones=-\npruned 1,10", r"it prunes gen 10, which its own policy keeps"),
+])
+def test_a_record_is_canonical_and_keeps_what_its_policy_keeps(body, why):
+    data = f"SNAPOPS-RETENTION 1\npolicy keep_last=2 keep_every=5 {body}\n".encode()
+    with pytest.raises(FormatError, match=r"retention/r\.retention: .*" + why):
+        parse_record(data, "retention/r.retention")
+
+
+def test_a_record_that_holds_renders_back_to_its_bytes():
+    data = b"SNAPOPS-RETENTION 1\npolicy keep_last=2 keep_every=5 milestones=3,7\npruned 1,2,4\n"
+    record = parse_record(data)
+    assert record.render() == data and record.pruned == {1, 2, 4}
+
+
+def test_a_work_tree_record_is_read_as_untrusted_input(tmp_path):
+    """A checked-out tree may hold a symlink (pointing at any file) or a huge file where the
+    record belongs: read_record read either whole; now each is one typed error."""
+    (tmp_path / "retention").mkdir()
+    record = tmp_path / "retention" / "r.retention"
+    os.symlink("/etc/passwd", record)
+    with pytest.raises(FormatError, match=r"r\.retention: .*not a regular file \(a symlink\)"):
+        read_record(None, tmp_path, "r")
+    record.unlink()
+    record.write_bytes(b"SNAPOPS-RETENTION 1\n" + b"x" * (4 << 20))
+    with pytest.raises(FormatError, match=r"r\.retention: .*larger than 4194304 bytes"):
+        read_record(None, tmp_path, "r")
