@@ -69,15 +69,22 @@ class GenerationOptions:
     workers: int = 3                # shards checked at once (3 keeps 2 cores busiest)
     memo: dict | None = None
     retention: Any = None           # LFS store: the run's RetentionRecord (pruned generations)
+    retention_of_tree: bool = False  # the record is from the MANIFEST's own tree: it may not
+    #                                  prune that generation (every policy keeps the newest)
     # called (from a worker thread) with a shard's path once its own check passed: a restore
     # decodes it meanwhile; nothing is returned unless the whole generation then verifies
     on_shard: Any = None
 
 
 def pruned_note(manifest: Manifest, options: GenerationOptions) -> str | None:
-    """"gen N pruned by retention (policy ...)" when retention pruned this generation."""
+    """"gen N pruned by retention (policy ...)" when retention pruned this generation;
+    FormatError when a record from the generation's own tree prunes it."""
     if options.retention is None or manifest.header.store != "lfs":
         return None
+    if options.retention_of_tree:
+        from snapops.formats.lfs.retention import check_not_pruned, record_path
+
+        check_not_pruned(options.retention, manifest.header.gen, record_path(manifest.header.run))
     return options.retention.note(manifest.header.gen)
 
 

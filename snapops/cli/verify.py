@@ -86,8 +86,10 @@ def verify_generation_at(target: str, run: str, rev: str | None, args) -> Report
             from snapops.formats.lfs.access import read_record
             from snapops.hooks.gitio import Git
 
+            # with no --rev, the record and the MANIFEST come from the same tree
             options = dataclasses.replace(options, retention=read_record(Git(target), target,
-                                                                         run))
+                                                                         run),
+                                          retention_of_tree=rev is None)
         report = verify_generation(source, run, options)
     report.details["source"] = source.label
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -128,6 +129,15 @@ def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, t
     assert "2 LFS object(s) fetched" in capsys.readouterr().out      # keyframe 8, residual 9
     with np.load(tmp_path / "g9.npz") as npz:
         assert npz["w"].tobytes() == state(9)["w"].tobytes()
+    # the newest generation, with the record of its own tree: kept, so it verifies
+    assert main(["verify", str(repo), "--run", "r"]) == 0
+    capsys.readouterr()
+    # a record in that same tree claiming the newest is pruned holds no policy: refused
+    (repo / "retention/r.retention").write_bytes(
+        record.render().replace(b"pruned 1,3,4,6,7", b"pruned 1,3,4,6,7,9"))
+    assert main(["verify", str(repo), "--run", "r"]) == 1
+    assert re.search(r"retention/r\.retention: \[retention\] it prunes gen 9, the newest "
+                     r"generation of its own tree", capsys.readouterr().err)
 
 
 def test_plan_never_breaks_a_chain_and_refuses_a_missing_base(lfs_run):
