@@ -200,8 +200,8 @@ remote = "origin"
 def other_inputs(root: Path, gen_root: Path) -> None:
     """What the daemon, a restore and the hooks read besides snapshot files: the config file,
     the daemon's status file (beside a WAL), an LFS pointer, a retention record, a tree's
-    ``.lfsconfig``, and a pre-receive hook's input lines for a bare repository that holds a
-    sealed generation."""
+    ``.lfsconfig``, and the pre-receive and pre-push hooks' input lines for a repository that
+    holds a sealed generation."""
     import shutil
     import subprocess
 
@@ -260,6 +260,10 @@ def other_inputs(root: Path, gen_root: Path) -> None:
     (hook / "stdin").write_text(f"{zero} {commit} refs/heads/main\n"
                                 f"{zero} {commit} refs/tags/{RUN}/gen-000001\n"
                                 f"{commit} {zero} refs/heads/old\n")
+    (hook / "push-stdin").write_text(f"refs/heads/main {commit} refs/heads/main {zero}\n"
+                                     f"refs/tags/{RUN}/gen-000001 {commit} "
+                                     f"refs/tags/{RUN}/gen-000001 {zero}\n"
+                                     f"(delete) {zero} refs/heads/old {commit}\n")
 
 
 if __name__ == "__main__":

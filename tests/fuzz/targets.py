@@ -314,16 +314,18 @@ def run_key_file(case: Case) -> None:
     cli_verify(dataclasses.replace(case, path=case.root / FORMAT_FILES["wtxt"]))
 
 
-def run_pre_receive(case: Case) -> None:
-    """A pre-receive hook's input lines (what git writes to its stdin), on a bare repository
-    that holds a sealed generation: an exit code of 0 or 1, never an exception."""
-    from snapops.hooks.runner import run_hook
+def run_hook_input(name: str, args: tuple[str, ...]) -> Callable[[Case], None]:
+    """A hook's input lines (what git writes to its stdin), on a repository that holds a
+    sealed generation: an exit code of 0 or 1, never an exception."""
+    def run(case: Case) -> None:
+        from snapops.hooks.runner import run_hook
 
-    code = case.call(run_hook, "pre-receive", [], repo=str(case.root / "hook" / "remote.git"),
-                     stdin=io.BytesIO(case.path.read_bytes()), out=io.StringIO())
-    if code not in (None, 0, 1):
-        raise Finding(f"pre-receive exited {code}")
-    case.typed += code == 1
+        code = case.call(run_hook, name, list(args), repo=str(case.root / "hook" / "remote.git"),
+                         stdin=io.BytesIO(case.path.read_bytes()), out=io.StringIO())
+        if code not in (None, 0, 1):
+            raise Finding(f"{name} exited {code}")
+        case.typed += code == 1
+    return run
 
 
 # writers: random snapshots (odd names, every dtype, empty and 0-d shapes, edge gen values)
@@ -437,7 +439,8 @@ TARGETS = {t.name: t for t in [
     Target("retention", ("lfs/run1.retention",), run_retention),
     Target("key-file", ("keys/hmac.key", "keys/signing.key", "keys/signing.pub",
                         "keys/age.key"), run_key_file),
-    Target("pre-receive", ("hook/stdin",), run_pre_receive),
+    Target("pre-receive", ("hook/stdin",), run_hook_input("pre-receive", ())),
+    Target("pre-push", ("hook/push-stdin",), run_hook_input("pre-push", ("origin", "/x.git"))),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
     Target("cli-verify", _FMT, cli_verify),
     Target("cli-inspect", _FMT, cli_inspect),
