@@ -10,11 +10,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from snapops.formats.errors import ConfigError, FormatError
+from snapops.formats.errors import ConfigError, FormatError, short_repr
 from snapops.formats.iosafe import read_small_text
 
 from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
-from .sizes import parse_size, short_repr
+from .sizes import parse_size
 
 SECTIONS = ("daemon", "client", "snapshot", "seal", "repo", "push", "cluster")
 SIZE_KEYS = {"snapshot.shard_max", "snapshot.streaming_threshold", "push.batch_bytes"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from snapops.formats.errors import ConfigError
+from snapops.formats.errors import ConfigError, short_repr
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 MAX_SIZE = 2**63 - 1          # bytes: what a file offset can hold
@@ -36,8 +36,3 @@ def parse_size(value: str | int) -> int:
         raise ConfigError(f"size {short_repr(value)}: larger than any file (at most 8 EiB)")
     return int(size)
 
-
-def short_repr(value) -> str:
-    """``repr(value)``, its middle cut when long (a message stays one readable line)."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
