@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Callable
 
 from snapops.formats.atomic import atomic_write, atomic_write_bytes
 from snapops.formats.errors import FormatError, GitError
-from snapops.formats.generation.manifest import ShardRecord, gen_text
+from snapops.formats.generation.manifest import ShardRecord, gen_text, parse_gen_text
 from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
@@ -44,11 +45,12 @@ from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
 from .parts import MAX_BYTES, PartFile, PartHeader, parse_part, render_part
 from .ranks import Cluster
 from .redact import redact_url
-from .wal import WalState
+from .wal import NODE, WalState
 
 log = logging.getLogger("snapops.nodes")
 PART_FILE = "PART"
 BLOCK = 1 << 20
+_NODE = re.compile(NODE)
 
 
 def part_ref(run: str, gen: int, node: str) -> str:
@@ -61,10 +63,11 @@ def parse_ref(ref: str, run: str) -> tuple[int, str] | None:
     prefix = f"refs/snapops/parts/{run}/"
     if not ref.startswith(prefix):
         return None
-    gen, _, node = ref[len(prefix):].partition("/")
-    if not gen.isdigit() or len(gen) < 6 or not node or "/" in node:
-        return None
-    return int(gen), node
+    text, _, node = ref[len(prefix):].partition("/")
+    gen = parse_gen_text(text)
+    if gen is None or not _NODE.fullmatch(node):
+        return None     # any ref name can be pushed: only the canonical spelling is a part
+    return gen, node
 
 
 class NodeGit:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from snapops.formats.errors import FormatError
 from snapops.formats.generation import gen_text, parse_manifest, valid_run
-from snapops.formats.generation.manifest import MAX_BYTES
+from snapops.formats.generation.manifest import MAX_BYTES, parse_gen_text
 from snapops.formats.generation.verify import manifest_path
 
 from .layout import LEDGER_SUFFIX, LEDGERS, small_blob, tree_changes
@@ -73,7 +73,7 @@ def check_gen_tag(git, update: RefUpdate) -> list[FormatError]:
     if m is None:
         return []
     run, gen = m["run"], m["gen"]
-    if not valid_run(run) or not gen.isdigit() or gen_text(int(gen)) != gen:
+    if not valid_run(run) or parse_gen_text(gen) is None:
         return [ref_problem(update, "malformed generation tag", check="tag",
                             expected="refs/tags/<run>/gen-<gen, 6+ digits>", got=update.ref)]
     if update.old is not None and update.old != update.new:

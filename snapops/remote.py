@@ -35,6 +35,7 @@ from pathlib import Path
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
+from snapops.formats.generation.manifest import parse_gen_text
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.gitcmd import run_git
 from snapops.formats.iosafe import PATH_MAX, shown, user_path
@@ -46,7 +47,7 @@ from snapops.hooks.gitio import Git
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP = re.compile(r"[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+:")    # user@host:path (ssh)
 _HEX_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-_GEN_REF = re.compile(r"refs/tags/(?P<run>[^\s]+)/gen-(?P<gen>[0-9]{6,20})")
+_GEN_REF = re.compile(r"refs/tags/(?P<run>[^\s]+)/gen-(?P<gen>\S+)")
 FETCHED = "refs/snapops/restore"
 HEAD_FETCHED = "refs/snapops/head"
 SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
@@ -190,8 +191,9 @@ class Repository:
         gens = set()
         for ref in refs:
             m = _GEN_REF.fullmatch(ref.strip())
-            if m and m["run"] == run and gen_text(int(m["gen"])) == m["gen"]:
-                gens.add(int(m["gen"]))
+            gen = parse_gen_text(m["gen"]) if m and m["run"] == run else None
+            if gen is not None:
+                gens.add(gen)
         return sorted(gens, reverse=True)
 
     @contextlib.contextmanager

@@ -60,6 +60,16 @@ def gen_text(gen: int) -> str:
     return f"{gen:06d}"
 
 
+def parse_gen_text(text: str) -> int | None:
+    """The gen ``text`` spells canonically (``000042``), else None. Only ASCII digits:
+    ``int`` also reads other scripts' digits and fails on ``²``, which ``str.isdigit``
+    accepts (ref names come from whoever can push)."""
+    if not _GEN_TEXT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if gen_text(value) == text and value <= GEN_MAX else None
+
+
 def fmt_float(value: float) -> str:
     """Statistics as text: 9 significant digits, ``nan``/``inf``/``-inf`` spelled out."""
     if math.isnan(value):
@@ -278,6 +288,7 @@ def _line_re(kind: str, *fields: tuple[str, str]) -> re.Pattern:
 
 _N = r"0|[1-9][0-9]{0,17}"
 _GEN = r"[0-9]{6,18}"
+_GEN_TEXT = re.compile(_GEN)
 _FLOAT = r"-?(?:nan|inf|[0-9][0-9.e+-]{0,30})"
 _HEAD = _line_re("generation", ("run", RUN), ("gen", _GEN), ("ts", TS), ("build", TOKEN),
                  ("format", FORMAT), ("store", STORE), ("world", r"[1-9][0-9]{0,5}"),

@@ -16,18 +16,18 @@ from ._common import EXIT_OK, add_command, add_group
 
 def run_manifests(git, run: str) -> dict[int, object]:
     """Every generation of ``run`` that has a tag ``<run>/gen-<gen>``, by gen."""
-    from snapops.formats.generation.manifest import parse_manifest
+    from snapops.formats.generation.manifest import parse_gen_text, parse_manifest
     from snapops.formats.lfs.source import tag_manifests
 
     read = tag_manifests(git, run)
     out = {}
     for ref in git.run("for-each-ref", "--format=%(refname)", f"refs/tags/{run}/").decode(
             "ascii", "replace").split():
-        gen_text = ref.removeprefix(f"refs/tags/{run}/gen-")
-        if gen_text != ref and gen_text.isdigit():
-            data = read(int(gen_text))
+        gen = parse_gen_text(ref.removeprefix(f"refs/tags/{run}/gen-"))
+        if ref.startswith(f"refs/tags/{run}/gen-") and gen is not None:
+            data = read(gen)
             if data is not None:
-                out[int(gen_text)] = parse_manifest(data, f"{ref}:snapshots/{run}/MANIFEST")
+                out[gen] = parse_manifest(data, f"{ref}:snapshots/{run}/MANIFEST")
     return out
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from snapops.daemon.client import Snapshotter
 from snapops.daemon.lifecycle import DROPPED
-from snapops.daemon.nodes import NodeGit, build_part, part_ref, read_part
+from snapops.daemon.nodes import NodeGit, build_part, list_parts, part_ref, read_part
 from snapops.daemon.parts import MAGIC, PartFile, PartHeader, parse_part, render_part
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import rank_shards
@@ -67,6 +67,11 @@ def test_round_trip_is_canonical_and_sealed(tmp_path):
     (b"part run=t", b"part run=..", "a run name usable"),
     (b" total=", b" total=0", "partial statistics as Python writes floats"),
     (b" total=", b" total=nan x", "a piece line"),
+    (b" squares=", b" squares=-", "statistics some values can have"),   # sqrt of it: crash
+    (b" min=-2.266982078552246", b" min=4.0", "statistics some values can have"),
+    (b" count=256", b" count=0", "statistics some values can have"),
+    (b" shape=64,16", b" shape=64,", "canonical dimensions"),           # int(''): crash
+    (b" shape=64,16", b" shape=,16", "canonical dimensions"),
     (b" boxes=1\n", b" boxes=2\n", "a box line"),
     (b"format=wtxt store=git", b"format=wtxt store=git extra=1", "part run= gen="),
     (b"object=- object_size=-", b"object=" + b"a" * 64 + b" object_size=1",
@@ -91,15 +96,24 @@ def test_any_bytes_give_only_typed_errors(junk, at):
         pass
 
 
-def test_part_commits_are_read_back_exactly_and_refused_when_their_tree_differs(tmp_path):
+HEADER = PartHeader("t", 4, "node-b", 4, (2, 3), TS, "wtxt")
+
+
+def part_commit(tmp_path) -> tuple[NodeGit, dict, str]:
+    """A repository ``tmp_path/repo`` holding the part commit of HEADER (built from
+    ``tmp_path/scratch``): its git, the pieces and the commit."""
     repo = tmp_path / "repo"
     git("init", "-q", "-b", "main", str(repo))
     git("config", "user.name", "t", cwd=repo)
     git("config", "user.email", "t@t", cwd=repo)
     gitn = NodeGit(repo, 30)
-    header = PartHeader("t", 4, "node-b", 4, (2, 3), TS, "wtxt")
     pieces = {r: rank_shards(expected(4), r, 4) for r in (2, 3)}
-    commit = build_part(gitn, tmp_path / "scratch", SPEC, header, pieces, KEY)
+    return gitn, pieces, build_part(gitn, tmp_path / "scratch", SPEC, HEADER, pieces, KEY)
+
+
+def test_part_commits_are_read_back_exactly_and_refused_when_their_tree_differs(tmp_path):
+    gitn, pieces, commit = part_commit(tmp_path)
+    repo, header = gitn.repo, HEADER
     assert build_part(gitn, tmp_path / "again", SPEC, header, pieces, KEY) == commit  # same part
     part = read_part(gitn, commit, KEY)
     assert part.header == header and git("cat-file", "-t", commit, cwd=repo) == "commit"
@@ -107,6 +121,25 @@ def test_part_commits_are_read_back_exactly_and_refused_when_their_tree_differs(
     forged = build_forged(gitn, tmp_path / "scratch", commit)
     with pytest.raises(FormatError, match=r"\[fileset\].*not what its PART lists"):
         read_part(gitn, forged, KEY)
+
+
+def test_only_canonical_part_refs_are_parts(tmp_path):
+    """Anyone who can push may name a ref ``refs/snapops/parts/...``: digits that are not
+    ASCII (``int`` reads Arabic-Indic ones, and raised ValueError on a superscript two: the
+    committer's poll died), 5,000 digits, a non-canonical gen, a node no daemon could have."""
+    gitn, _, commit = part_commit(tmp_path)
+    repo = gitn.repo
+    bare = init_bare(tmp_path / "remote.git")
+    git("push", "-q", str(bare), f"{commit}:{part_ref('t', 4, 'node-b')}", cwd=repo)
+    hostile = ["\u00b2" * 6 + "/evil", "\u0660" * 5 + "\u0661/evil", "0000004/evil", "4/evil",
+               "000004/-evil", "000004/evil/deeper", "1" * 19 + "/evil"]
+    for tail in hostile:
+        git("update-ref", f"refs/snapops/parts/t/{tail}", commit, cwd=bare)
+    with open(bare / "packed-refs", "a") as packed:   # too long for a file name
+        packed.write(f"{commit} refs/snapops/parts/t/{'9' * 5000}/evil\n")
+    assert len(git("ls-remote", str(bare), "refs/snapops/*").splitlines()) == len(hostile) + 2
+    found = list_parts(gitn, str(bare), "t")
+    assert [(p.gen, p.node, p.ref) for p in found] == [(4, "node-b", part_ref("t", 4, "node-b"))]
 
 
 def build_forged(gitn: NodeGit, scratch, base: str) -> str:

@@ -340,6 +340,11 @@ def test_generation_tags_name_their_generation_and_never_move(world):
     world.refused("-f", tag(1), rule="tag", message="never moves")
     world.work.git("tag", "-a", "-m", "bad name", f"{RUN}/gen-5", tag(2))
     world.refused(f"{RUN}/gen-5", rule="tag", message="malformed generation tag")
+    # str.isdigit takes the superscript two, int() does not (the hook died with ValueError)
+    world.work.git("tag", "-a", "-m", "digits", f"{RUN}/gen-\u00b2\u00b2\u00b2\u00b2\u00b2\u00b2",
+                   tag(2))
+    world.refused(f"{RUN}/gen-\u00b2\u00b2\u00b2\u00b2\u00b2\u00b2", rule="tag",
+                  message="malformed generation tag")
     stderr = world.ci_fails("0" * 40, rule="tag")  # the whole history and the tags into it
     assert f"refs/tags/{RUN}/gen-000005: [tag]" in stderr and \
         f"refs/tags/{tag(1)}: [tag]" in stderr, stderr
