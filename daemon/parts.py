@@ -205,8 +205,16 @@ def _piece(r: _Lines, m: re.Match) -> RankPiece:
         if [repr(f) for f in floats] != values[:4] or any(math.isnan(f) for f in floats):
             r.fail("partial statistics as Python writes floats (no nan)", m.group(0), line=r.no)
         partial = Partial(*floats, *(int(v) for v in values[4:]))
-    shape = tuple(int(d) for d in m["shape"].split(",")) if m["shape"] else ()
-    if len(shape) > MAX_DIMS or any(str(d) != t for d, t in zip(shape, m["shape"].split(","))):
+        if not _possible(partial):
+            r.fail("partial statistics some values can have (squares >= 0; with count 0: "
+                   "total=0.0 squares=0.0 min=inf max=-inf; else finite min <= max)",
+                   m.group(0), line=r.no)
+    try:
+        shape = tuple(int(d) for d in m["shape"].split(",")) if m["shape"] else ()
+    except ValueError:
+        shape = None
+    if shape is None or len(shape) > MAX_DIMS or \
+            any(str(d) != t for d, t in zip(shape, m["shape"].split(","))):
         r.fail(f"at most {MAX_DIMS} canonical dimensions", m["shape"], line=r.no)
     boxes = []
     for _ in range(int(m["boxes"])):
@@ -215,6 +223,13 @@ def _piece(r: _Lines, m: re.Match) -> RankPiece:
                           int(m["rank"])))
     return RankPiece(_unquote(r, m["name"]), int(m["rank"]), m["dtype"],
                      None if m["stored"] == "-" else m["stored"], shape, tuple(boxes), partial)
+
+
+def _possible(p: Partial) -> bool:
+    """What ``partial_stats`` can return: ``finish`` takes the root of ``squares``."""
+    if not p.count:
+        return (p.total, p.squares, p.min, p.max) == (0.0, 0.0, math.inf, -math.inf)
+    return p.squares >= 0 and math.isfinite(p.min) and math.isfinite(p.max) and p.min <= p.max
 
 
 def _unquote(r: _Lines, text: str) -> str:

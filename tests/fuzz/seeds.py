@@ -124,6 +124,7 @@ def build(folder: str | Path) -> dict:
                           hmac_key=load_hmac_key(keys / "hmac.key"))
     seal_in_ledger(gen_root, RUN, write_generation(gen_root, spec, 1, TS, state()))
     other_inputs(root, gen_root)
+    part_seed(root, load_hmac_key(keys / "hmac.key"))
     layout = {"keys": "keys", "run": RUN}
     (root / "seeds.json").write_text(json.dumps(layout))
     return layout
@@ -264,6 +265,31 @@ def other_inputs(root: Path, gen_root: Path) -> None:
                                      f"refs/tags/{RUN}/gen-000001 {commit} "
                                      f"refs/tags/{RUN}/gen-000001 {zero}\n"
                                      f"(delete) {zero} refs/heads/old {commit}\n")
+
+
+PART_WORLD = 3
+
+
+def part_seed(root: Path, hmac_key: bytes) -> None:
+    """A contributor's sealed PART (node-b, ranks 1 and 2 of a world of 3): row slices of a
+    float32 and a bf16 array, and a whole integer array rank 1 alone holds."""
+    from snapops.daemon.parts import PartFile, PartHeader, render_part
+    from snapops.formats.generation.plan import Shard
+    from snapops.formats.generation.write import GenerationSpec, write_part
+
+    arrays = state()
+    w, emb = arrays["blocks.0.w"], arrays["emb"]
+    rows = {1: (5, 10), 2: (10, 16)}     # the committer's rank 0 holds rows 0-4
+    pieces = {rank: {"blocks.0.w": Shard(w[slice(*rows[rank])], global_shape=w.shape,
+                                         offsets=(rows[rank][0], 0)),
+                     "emb": Shard(emb[rank * 2:rank * 2 + 2], global_shape=emb.shape,
+                                  offsets=(rank * 2, 0))}
+              for rank in (1, 2)}
+    pieces[1]["step"] = Shard(arrays["step"], global_shape=(), offsets=())
+    spec = GenerationSpec(run=RUN, format="wtxt", shard_max=256, build="b1")
+    written = write_part(root / "parts" / "files", spec, 2, TS, pieces, None)
+    header = PartHeader(RUN, 2, "node-b", PART_WORLD, (1, 2), TS, "wtxt")
+    (root / "parts" / "PART").write_bytes(render_part(PartFile(header, written), hmac_key))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ FORMAT_FILES = {"wtxt": "wtxt/s.wtxt", "aero": "aero/s.aero",
                 "pycauset": "pycauset/s.pycauset", "finf": "finf/s.finf", "npz": "npz/s.npz",
                 "safetensors": "safetensors/s.safetensors", "pt": "pt/s.pt"}
 TEXT_FILES = (".wtxt", ".wsum", ".wtxtdelta", ".json", ".age", "MANIFEST", ".ledger", ".toml",
-              "pointer", "lfsconfig", ".retention", ".key", ".pub", "stdin")
+              "pointer", "lfsconfig", ".retention", ".key", ".pub", "stdin", "PART")
 CONVERT_TO = ("wtxt", "fold", "npz", "safetensors", "aero", "finf", "pycauset")
 
 
@@ -317,6 +317,43 @@ def run_key_file(case: Case) -> None:
     cli_verify(dataclasses.replace(case, path=case.root / FORMAT_FILES["wtxt"]))
 
 
+def run_part(case: Case) -> None:
+    """Another node's PART as the committer reads it: with the run's HMAC key and, to reach
+    past the seal, without; a part that passes is assembled into a generation beside the
+    committer's own rank 0 (layout, statistics, seal), whose MANIFEST must parse back."""
+    import numpy as np
+
+    from snapops.daemon.parts import parse_part
+    from snapops.formats.errors import SnapopsError
+    from snapops.formats.generation.manifest import parse_manifest
+    from snapops.formats.generation.plan import Shard
+    from snapops.formats.generation.write import GenerationSpec, write_parts
+    from snapops.formats.keys import load_hmac_key
+
+    from .seeds import state
+
+    data = case.path.read_bytes()
+    key = load_hmac_key(case.keys / "hmac.key")
+    case.call(parse_part, data, str(case.path), key)
+    part = case.call(parse_part, data, str(case.path), None)
+    if part is None or part.header.store != "git":
+        return
+    h = part.header
+    w, emb = state()["blocks.0.w"], state()["emb"]
+    own = {0: {"blocks.0.w": Shard(w[:5], global_shape=w.shape, offsets=(0, 0)),
+               "emb": Shard(np.ascontiguousarray(emb[:2]), global_shape=emb.shape,
+                            offsets=(0, 0))}}
+    spec = GenerationSpec(run=h.run, format=h.format, shard_max=256, build="b1", hmac_key=key)
+    written = case.call(write_parts, case.out / "repo", spec, h.gen, h.ts, own,
+                        world=h.world, received=(part.written,))
+    if written is None:
+        return
+    try:
+        parse_manifest(written.data, "assembled MANIFEST")
+    except SnapopsError as exc:
+        raise Finding(f"the committer sealed a MANIFEST it cannot read: {exc}") from exc
+
+
 def run_hook_input(name: str, args: tuple[str, ...]) -> Callable[[Case], None]:
     """A hook's input lines (what git writes to its stdin), on a repository that holds a
     sealed generation: an exit code of 0 or 1, never an exception."""
@@ -442,6 +479,7 @@ TARGETS = {t.name: t for t in [
     Target("retention", ("lfs/run1.retention",), run_retention),
     Target("key-file", ("keys/hmac.key", "keys/signing.key", "keys/signing.pub",
                         "keys/age.key"), run_key_file),
+    Target("part", ("parts/PART",), run_part),
     Target("pre-receive", ("hook/stdin",), run_hook_input("pre-receive", ())),
     Target("pre-push", ("hook/push-stdin",), run_hook_input("pre-push", ("origin", "/x.git"))),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
