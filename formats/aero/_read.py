@@ -160,16 +160,23 @@ def _parse_entry(buf, at: int, index: int, table: memoryview, payloads_start: in
 _NAMED = {S.NAME_IHSH: S.IHSH, S.NAME_MJSN: S.MJSN, S.NAME_MMSG: S.MMSG, S.NAME_TIDX: S.TIDX}
 
 
+_SHARD_NAME = re.compile(r"weights\.shard([0-9]+)(\.phsh)?")
+
+
+def shard_index(name: str) -> int | None:
+    """N of a ``weights.shard{N}`` chunk name (ASCII digits only: ``str.isdigit`` also takes
+    ``²``, which ``int`` refuses)."""
+    found = _SHARD_NAME.fullmatch(name)
+    return int(found[1]) if found and not found[2] and len(found[1]) <= 18 else None
+
+
 def _expected_fourcc(name: str) -> bytes | None:
     """The fourcc a well-known chunk name implies (so a damaged tag cannot hide a chunk)."""
     if name in _NAMED:
         return _NAMED[name]
-    if name.startswith("weights.shard"):
-        rest = name[13:]
-        if rest.isdigit():
-            return S.WTSH
-        if rest.endswith(".phsh") and rest[:-5].isdigit():
-            return S.PHSH
+    found = _SHARD_NAME.fullmatch(name)
+    if found:
+        return S.PHSH if found[2] else S.WTSH
     return None
 
 
@@ -449,8 +456,9 @@ class AeroFile(ArrayMapping):
     def shard_sizes(self) -> dict[int, int]:
         sizes = {}
         for name, chunk in self.shards.items():
-            if name.startswith("weights.shard") and name[13:].isdigit():
-                sizes[int(name[13:])] = chunk.length
+            index = shard_index(name)
+            if index is not None:
+                sizes[index] = chunk.length
         return sizes
 
     def meta(self) -> dict:

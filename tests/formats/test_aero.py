@@ -659,3 +659,18 @@ def test_reads_reference_layout(tmp_path):
     assert report.ok, report.failure
     assert {"ihsh", "phsh", "chunk_blake3"} <= set(report.checks)
     assert any("hash_b3" in note for note in report.notes)       # the reference omits them
+
+
+@pytest.mark.parametrize("suffix", ["\u00b2", "\u0661", "9" * 5000])
+def test_a_shard_named_with_digits_int_refuses_is_a_typed_error(tmp_path, suffix):
+    """``str.isdigit`` takes ``²``, ``١`` and 5,000 digits; ``int`` refused the first and the
+    last with a ValueError out of opening the file."""
+    w = np.arange(2, dtype=np.float32)
+    digest = blake3(w.tobytes()).hexdigest()
+    shard = B.Raw(b"WTSH", f"weights.shard{suffix}", w.tobytes(), flags=2)
+    path = tmp_path / "s.aero"
+    path.write_bytes(B.build([shard, B.tidx([B.entry(hash_b3=digest)])]))
+    with pytest.raises(FormatError, match=r"name and fourcc disagree|missing shard") as refused:
+        aero.load(path)
+    report = aero.verify(path)
+    assert not report.ok and str(report.failure) == str(refused.value)
