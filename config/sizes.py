@@ -16,7 +16,7 @@ import re
 
 from snapops.formats.errors import ConfigError, short_repr
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 MAX_SIZE = 2**63 - 1          # bytes: what a file offset can hold
 _UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
           "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}

@@ -31,7 +31,7 @@ from .lifecycle import REQ, Generation
 from .spool import Spool, spool_name
 from .wal import NODE, WalState
 
-_RANKS = re.compile(r"(\d{1,6})(?:-(\d{1,6}))?")
+_RANKS = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
 
 
 @dataclass(frozen=True)

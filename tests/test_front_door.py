@@ -164,3 +164,5 @@ def test_config_and_cli_read_sizes_the_same_way(tmp_path):
         == 32 << 20
     with pytest.raises(ConfigError, match=r"shard_max: not a size: .32 parsecs. \(try 32MiB"):
         load_config(overrides={"snapshot.shard_max": "32 parsecs"}, env={})
+    with pytest.raises(ConfigError, match=r"shard_max: not a size: .\u0663\u0662MiB."):
+        load_config(overrides={"snapshot.shard_max": "\u0663\u0662MiB"}, env={})  # not 32 MiB

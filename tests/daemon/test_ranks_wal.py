@@ -123,6 +123,7 @@ def test_rank_and_world_come_from_arguments_or_torch_distributed(tmp_path):
     ({"world_size": 4, "ranks": "0-1"}, "cluster.node: this daemon serves ranks"),
     ({"world_size": 4, "ranks": "3-5"}, "cluster.ranks: 3-5 is not a range within 0..3"),
     ({"world_size": 4, "ranks": "a"}, "cluster.ranks: expected ranks like"),
+    ({"world_size": 4, "ranks": "\u0661-\u0662"}, "cluster.ranks: expected ranks like"),
     ({"world_size": 2, "node": "a"}, "cluster.committer: give node and committer together"),
     ({"world_size": 2, "ranks": "0", "node": "a", "committer": "a"}, "cluster.remote"),
     ({"world_size": 2, "node": "a b", "committer": "a"}, "cluster.node: expected"),
