@@ -38,7 +38,7 @@ from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import run_git
+from snapops.formats.gitcmd import ref_lines, run_git
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
@@ -157,9 +157,9 @@ class RemotePart:
 
 
 def list_parts(git: NodeGit, url: str, run: str) -> list[RemotePart]:
-    out = git.text("ls-remote", "--refs", url, f"refs/snapops/parts/{run}/*")
+    out = git.run("ls-remote", "--refs", url, f"refs/snapops/parts/{run}/*")
     found = []
-    for line in out.splitlines():
+    for line in ref_lines(out):
         sha, _, ref = line.partition("\t")
         where = parse_ref(ref, run)
         if where is not None:

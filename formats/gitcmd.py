@@ -176,6 +176,13 @@ class ChildGuard:
 children = ChildGuard()
 
 
+def ref_lines(stdout: bytes) -> list[str]:
+    """The lines of a ref listing (``for-each-ref``, ``ls-remote``), cut at LF only: a ref
+    name may hold U+00A0 or U+2028, where ``str.split()`` and ``splitlines()`` would cut or
+    strip it, so a check would see another ref than the one git has."""
+    return [line for line in stdout.decode("utf-8", "surrogateescape").split("\n") if line]
+
+
 def summarize(result: GitResult, redact: Mapping[str, str] | None = None) -> str:
     """The last few meaningful lines git printed (stderr, then stdout) on one line, or how
     it ended; progress lines (ended by CR) are left out."""

@@ -222,10 +222,10 @@ def parse_updates(text: str, null: str, *, push: bool) -> list[RefUpdate]:
     """Ref updates from a pre-push (``lref lsha rref rsha``) or pre-receive (``old new ref``)
     standard input."""
     updates = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields:
+    for line in text.split("\n"):     # git's own separators: str.split() would also cut and
+        if not line:                   # strip at the U+00A0 or U+2028 a ref name may hold
             continue
+        fields = line.split(" ")
         if push and len(fields) == 4:
             ref, old, new = fields[2], fields[3], fields[1]
         elif not push and len(fields) == 3:

@@ -24,6 +24,7 @@ from snapops.formats.errors import FormatError
 from snapops.formats.generation import gen_text, parse_manifest, valid_run
 from snapops.formats.generation.manifest import MAX_BYTES, parse_gen_text
 from snapops.formats.generation.verify import manifest_path
+from snapops.formats.gitcmd import ref_lines
 
 from .layout import LEDGER_SUFFIX, LEDGERS, small_blob, tree_changes
 from .ledger_check import check_append_only
@@ -131,8 +132,8 @@ def check_ref(git, update: RefUpdate, protected: str | None,
 def gen_tags_at(git, commits: set[str]) -> list[RefUpdate]:
     """The generation tags of the repository that point (through any number of tag objects)
     at one of ``commits`` (CI: the tags of a verified range), as creations to check."""
-    refs = [ref for ref in git.text("for-each-ref", "--format=%(refname)", TAG_PREFIX).split()
-            if GEN_TAG.fullmatch(ref)]
+    listed = git.run("for-each-ref", "--format=%(refname)", TAG_PREFIX)
+    refs = [ref for ref in ref_lines(listed) if GEN_TAG.fullmatch(ref)]
     if not refs:
         return []
     peeled = git.run("cat-file", "--batch-check=%(objectname)",

@@ -37,7 +37,7 @@ from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
 from snapops.formats.generation.manifest import parse_gen_text
 from snapops.formats.generation.source import GitTreeSource
-from snapops.formats.gitcmd import run_git
+from snapops.formats.gitcmd import ref_lines, run_git
 from snapops.formats.iosafe import PATH_MAX, shown, user_path
 from snapops.formats.lfs.access import read_record
 from snapops.formats.lfs.retention import RetentionRecord
@@ -181,16 +181,14 @@ class Repository:
         check_run(run)
         pattern = f"refs/tags/{run}/gen-*"
         if self.url is None:
-            out = self.git.text("for-each-ref", "--format=%(refname)", pattern)
-            refs = out.splitlines()
+            refs = ref_lines(self.git.run("for-each-ref", "--format=%(refname)", pattern))
         else:
             out = self._git("ls-remote", "--tags", "--refs", "--end-of-options", self.url,
                             pattern, what="ls-remote").stdout
-            refs = [line.split("\t", 1)[-1] for line in
-                    out.decode("utf-8", "replace").splitlines()]
+            refs = [line.split("\t", 1)[-1] for line in ref_lines(out)]
         gens = set()
         for ref in refs:
-            m = _GEN_REF.fullmatch(ref.strip())
+            m = _GEN_REF.fullmatch(ref)
             gen = parse_gen_text(m["gen"]) if m and m["run"] == run else None
             if gen is not None:
                 gens.add(gen)

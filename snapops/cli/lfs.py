@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from snapops.formats.errors import ConfigError, GitError
+from snapops.formats.gitcmd import ref_lines
 
 from . import restore as restore_command
 from ._common import EXIT_OK, add_command, add_group
@@ -21,8 +22,7 @@ def run_manifests(git, run: str) -> dict[int, object]:
 
     read = tag_manifests(git, run)
     out = {}
-    for ref in git.run("for-each-ref", "--format=%(refname)", f"refs/tags/{run}/").decode(
-            "ascii", "replace").split():
+    for ref in ref_lines(git.run("for-each-ref", "--format=%(refname)", f"refs/tags/{run}/")):
         gen = parse_gen_text(ref.removeprefix(f"refs/tags/{run}/gen-"))
         if ref.startswith(f"refs/tags/{run}/gen-") and gen is not None:
             data = read(gen)
@@ -36,12 +36,11 @@ def milestone_gens(git, run: str, patterns: list[str]) -> set[int]:
     from snapops.formats.generation.manifest import parse_manifest
 
     gens = set()
-    tags = git.run("for-each-ref", "--format=%(refname:short)", "refs/tags/").decode(
-        "ascii", "replace").split()
-    for tag in tags:
+    for ref in ref_lines(git.run("for-each-ref", "--format=%(refname)", "refs/tags/")):
+        tag = ref.removeprefix("refs/tags/")
         if any(fnmatch.fnmatchcase(tag, p) for p in patterns):
             try:
-                data = git.run("cat-file", "blob", f"{tag}^{{commit}}:snapshots/{run}/MANIFEST")
+                data = git.run("cat-file", "blob", f"{ref}^{{commit}}:snapshots/{run}/MANIFEST")
             except GitError:
                 raise ConfigError(f"milestone tag {tag}: no generation of run {run} there") \
                     from None

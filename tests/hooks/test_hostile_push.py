@@ -334,6 +334,10 @@ def test_deleting_a_generation_tag_or_the_branch_then_pushing_again(world):
 
 
 def test_generation_tags_name_their_generation_and_never_move(world):
+    # a no-break space ends the name: str.split() cut it off, so the hook checked (and
+    # accepted) gen-000001
+    world.work.git("tag", "-a", "-m", "nbsp", f"{tag(1)}\u00a0", tag(1))
+    world.refused(f"{tag(1)}\u00a0", rule="tag", message="malformed generation tag")
     world.work.git("tag", "-a", "-m", "lie", f"{RUN}/gen-000005", tag(2))
     world.refused(f"{RUN}/gen-000005", rule="tag", message="does not name its generation")
     world.work.git("tag", "-f", "-a", "-m", "moved", tag(1), tag(2))

@@ -80,7 +80,7 @@ def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, t
                                                             capsys):
     repo, objects = lfs_run
     assert set(giftless.objects()) == set().union(*objects.values())
-    git("tag", "r/milestone-first-eval", "r/gen-000002", cwd=repo)
+    git("tag", "r/milestone-premi\u00e8re-\u00e9val", "r/gen-000002", cwd=repo)   # not ASCII
     code = main(["lfs", "prune", str(repo), "--run", "r", "--keep-last", "2", "--keep-every",
                  "5", "--local-storage", str(giftless.storage / ORG / REPO), "--json"])
     assert code == 0
