@@ -2,9 +2,9 @@
 without the verify pass, every array through open_lazy), the WTXT delta, WSUM, age armor,
 MANIFEST and ledger readers, every CLI entry point through ``snapops.cli.main`` (with
 ``SNAPOPS_DEBUG=1`` so an untyped failure surfaces instead of its one-line message), and what
-snapops reads besides snapshots: the daemon's inputs (spool, WAL, config, status file), a
-tree's LFS files (pointer, ``.lfsconfig``, retention record), LFS batch answers, key files and
-the hooks' input lines.
+snapops reads besides snapshots: the daemon's inputs (spool, WAL, config, status file,
+another node's PART), a tree's LFS files (pointer, ``.lfsconfig``, retention record), LFS batch
+answers, key files and the hooks' input lines.
 
 A case passes when every call returns or raises a :class:`SnapopsError`; anything else
 (another exception, an exit code outside 0-2, a signal, a timeout, running out of the memory
