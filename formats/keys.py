@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.exceptions import InternalError, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -56,7 +56,9 @@ def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     data = read_key_file(path, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm, InternalError) as exc:
+        # InternalError: OpenSSL fails to set up a key whose length does not fit its
+        # algorithm (an X448 OID over 32 bytes), and cryptography does not map that
         raise KeyMaterialError(f"{path}: not an unencrypted PKCS#8 PEM private key") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyMaterialError(f"{path}: expected an Ed25519 private key, got {type(key).__name__}")
@@ -68,7 +70,7 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     data = read_key_file(path, "public key")
     try:
         key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm, InternalError) as exc:
         raise KeyMaterialError(f"{path}: not a PEM public key") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise KeyMaterialError(f"{path}: expected an Ed25519 public key, got {type(key).__name__}")

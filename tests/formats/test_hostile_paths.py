@@ -9,6 +9,7 @@ instead of hanging the suite or exhausting the machine's memory.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 import snapops
-from snapops.formats.errors import ConfigError, DataError, FormatError
+from snapops.formats.errors import ConfigError, DataError, FormatError, KeyMaterialError
 from snapops.formats.iosafe import open_input, open_regular, user_path
 from snapops.formats.registry import HANDLER_MODULES
 
@@ -188,6 +189,28 @@ def test_a_key_file_that_is_a_fifo_or_device_is_refused(tmp_path, kind):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("h.key: HMAC key: not a regular file ("), \
         proc.stdout
+
+
+@pytest.mark.parametrize("oid_last", [0x6F, 0x71])
+def test_a_signing_key_whose_bytes_do_not_fit_its_algorithm_is_a_key_error(tmp_path, oid_last):
+    """An Ed25519 PKCS#8 key relabelled X448 (1.3.101.111) or Ed448: OpenSSL cannot set it
+    up and cryptography raised InternalError, not ValueError (fuzzer, --seed 43)."""
+    from snapops.formats.keys import generate_keys, load_signing_key
+
+    generate_keys(tmp_path / "keys")
+    pem = (tmp_path / "keys" / "signing.key").read_bytes()
+    der = base64.b64decode(b"".join(pem.splitlines()[1:-1]))
+    ed25519 = bytes([6, 3, 0x2B, 0x65, 0x70])       # the OID 1.3.101.112
+    assert der.count(ed25519) == 1
+    bad = tmp_path / "bad.key"
+    bad.write_bytes(b"-----BEGIN PRIVATE KEY-----\n"
+                    + base64.encodebytes(der.replace(ed25519, ed25519[:4] + bytes([oid_last])))
+                    + b"-----END PRIVATE KEY-----\n")
+    with pytest.raises(KeyMaterialError, match="not an unencrypted PKCS#8 PEM private key"):
+        load_signing_key(bad)
+    with pytest.raises(KeyMaterialError, match="bad.key: not an unencrypted PKCS#8"):
+        snapops.save({"w": np.zeros(2, np.float32)}, tmp_path / "s.wtxt", sign_key=bad)
+    assert not (tmp_path / "s.wtxt").exists()
 
 
 NOT_PATHS = [None, 7, 1.5, ["x.wtxt"], {"x": 1}, object(), b"x.wtxt"]
