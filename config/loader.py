@@ -52,6 +52,8 @@ def _read_config(p: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+    except RecursionError:   # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
 
 
 def load_config(path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,

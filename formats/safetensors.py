@@ -61,6 +61,8 @@ def parse_header(head: bytes, size: int, path: str) -> tuple[dict, dict[str, str
         doc = json.loads(bytes(head[8:8 + length]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormatError("header is not UTF-8 JSON", path=path, offset=8) from exc
+    except RecursionError:     # the C decoder stops a deep nesting so
+        raise LimitError("header JSON nests too deeply", path=path, offset=8) from None
     if not isinstance(doc, dict):
         raise FormatError("header must be a JSON object", path=path, offset=8,
                           got=type(doc).__name__)

@@ -121,8 +121,11 @@ def test_config_layers_and_errors(tmp_path):
     # nan passed every bound (each comparison is false); inf is no delay a daemon can wait
     ("[daemon]\npoll_interval = nan\n", r"daemon\.poll_interval: expected float, got nan"),
     ("[push]\nbackoff_max = inf\n", r"push\.backoff_max: expected float, got inf"),
+    # tomllib descends into nested arrays and inline tables recursively: RecursionError
+    ("[daemon]\nx = " + "[" * 5000 + "]" * 5000 + "\n", r"invalid TOML: .* nested too deeply"),
+    ("[daemon]\nx = " + "{a=" * 5000 + "1" + "}" * 5000 + "\n", r"nested too deeply"),
 ])
-def test_config_numbers_beyond_any_value_are_one_line(tmp_path, text, why):
+def test_config_values_beyond_any_bound_are_one_line(tmp_path, text, why):
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=why):
