@@ -19,6 +19,9 @@ every record (accidental damage); a ``.pt`` file has no seal.
 from __future__ import annotations
 
 import collections
+import io
+import pickletools
+import struct
 import warnings
 import zipfile
 from typing import Any, Mapping
@@ -35,6 +38,8 @@ from .tensors import is_tensor, numpy_to_tensor, tensor_to_numpy
 
 META_KEY = "@snapops"       # no module path can be named this: load_state_dict never reads it
 MAX_DEPTH = 32
+MAX_PICKLE = 256 << 20      # bytes of a pickle record (tensor data lies in records of its own)
+MAX_PICKLE_TEXT = 1024      # characters of a name, a GLOBAL or any other text in the pickle
 
 
 def read_state(path: str) -> tuple[dict[str, Any], dict]:
@@ -42,11 +47,12 @@ def read_state(path: str) -> tuple[dict[str, Any], dict]:
     its snapops metadata."""
     import torch
 
+    zipped = _is_zip(path)
+    check_pickles(path, zipped)
     with warnings.catch_warnings(record=True) as warned:   # a damaged file's warnings
         warnings.simplefilter("always")                    # become part of its error
         try:
-            obj = torch.load(path, map_location="cpu", weights_only=True,
-                             mmap=_is_zip(path))
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
         except FormatError:
             raise
         except OSError as exc:
@@ -65,6 +71,45 @@ def read_state(path: str) -> tuple[dict[str, Any], dict]:
     flat: dict[str, Any] = {}
     _flatten(obj, "", flat, path, 0)
     return flat, dict(meta) if isinstance(meta, Mapping) else {}
+
+
+def check_pickles(path: str, zipped: bool) -> None:
+    """Walk the pickle opcodes before torch does (``pickletools``, which only reads them):
+    FormatError for any text argument longer than ``MAX_PICKLE_TEXT``. torch's weights_only
+    error for a GLOBAL it refuses quotes the name and then searches the message with
+    backtracking regexes: a 100,000-character name held ``torch.load`` for minutes."""
+    try:
+        if zipped:
+            with open_zip(path) as archive:
+                for info in archive.infolist():
+                    if info.filename.endswith(".pkl"):
+                        if info.file_size > MAX_PICKLE:
+                            raise FormatError("pickle record too large", path=path,
+                                              got=f"{info.filename}: {info.file_size} bytes")
+                        _scan_pickle(io.BytesIO(archive.read(info)), 1, path, info.filename)
+        else:   # legacy: magic, protocol, system info, the state, the storage keys
+            with open_input(path) as f:
+                _scan_pickle(f, 5, path, "the file")
+    except FormatError:
+        raise
+    except ZIP_ERRORS as exc:
+        raise FormatError("damaged zip", path=path, got=str(exc)) from exc
+
+
+def _scan_pickle(stream, count: int, path: str, where: str) -> None:
+    for _ in range(count):
+        try:
+            for op, arg, pos in pickletools.genops(stream):
+                if isinstance(arg, str) and len(arg) > MAX_PICKLE_TEXT:
+                    break
+            else:
+                continue
+        except (ValueError, EOFError, struct.error, UnicodeDecodeError):
+            return    # not a pickle pickletools reads: torch.load says what is wrong
+        raise FormatError(f"a pickle {op.name} argument of {len(arg)} characters (no "
+                          "state_dict name is that long)", path=path,
+                          got=f"{where} at byte {pos}",
+                          expected=f"at most {MAX_PICKLE_TEXT} characters")
 
 
 def _flatten(obj: Mapping, prefix: str, out: dict, path: str, depth: int) -> None:
@@ -144,7 +189,10 @@ def _is_zip(path: str) -> bool:
     """``path`` is a regular file (FormatError otherwise: a FIFO would block torch and
     zipfile, a device would never end) holding a zip archive."""
     with open_input(path) as f:
-        return zipfile.is_zipfile(f)
+        try:
+            return zipfile.is_zipfile(f)
+        except ZIP_ERRORS:      # it has a zip's end record, which zipfile then refuses
+            return True
 
 
 def _check_crcs(path: str) -> None:
