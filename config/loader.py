@@ -52,6 +52,8 @@ def _read_config(p: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+    except ValueError as exc:   # int() of an integer past 4300 digits, raised through tomllib
+        raise ConfigError(f"{p}: invalid TOML: {str(exc)[:80]}") from None
     except RecursionError:   # tomllib parses nested arrays and inline tables recursively
         raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
 

@@ -124,6 +124,8 @@ def test_config_layers_and_errors(tmp_path):
     # tomllib descends into nested arrays and inline tables recursively: RecursionError
     ("[daemon]\nx = " + "[" * 5000 + "]" * 5000 + "\n", r"invalid TOML: .* nested too deeply"),
     ("[daemon]\nx = " + "{a=" * 5000 + "1" + "}" * 5000 + "\n", r"nested too deeply"),
+    # found by the fuzzer (--seed 44): tomllib's int() past 4300 digits raised ValueError
+    ("[cluster]\nworld_size = " + "9" * 5000 + "\n", r"invalid TOML: Exceeds the limit"),
 ])
 def test_config_values_beyond_any_bound_are_one_line(tmp_path, text, why):
     path = tmp_path / "c.toml"
