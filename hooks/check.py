@@ -222,8 +222,10 @@ def parse_updates(text: str, null: str, *, push: bool) -> list[RefUpdate]:
     """Ref updates from a pre-push (``lref lsha rref rsha``) or pre-receive (``old new ref``)
     standard input."""
     updates = []
-    for line in text.split("\n"):     # git's own separators: str.split() would also cut and
-        if not line:                   # strip at the U+00A0 or U+2028 a ref name may hold
+    # cut only where git does (LF, SP): split() and splitlines() also cut at the U+00A0 or
+    # U+2028 a ref name may hold, and the rules would check another ref than git updates
+    for line in text.split("\n"):
+        if not line:
             continue
         fields = line.split(" ")
         if push and len(fields) == 4:

@@ -1,7 +1,8 @@
 """Mutations of a seed file: bit flips, byte insertions and deletions, truncation, splices,
-interesting integers written over header fields, and (for text formats) numbers, lines and
-non-ASCII bytes. Deterministic: case ``index`` of target ``target`` under run seed ``seed``
-is always the same bytes, so a finding is reproduced from three values.
+interesting integers written over header fields, and (for text formats) numbers (huge, or in
+digits of other scripts), lines, non-ASCII bytes (Unicode whitespace too) and deep nesting.
+Deterministic: case ``index`` of target ``target`` under run seed ``seed`` is always the same
+bytes, so a finding is reproduced from three values.
 
 >>> a = mutate(b"WTXT 1\\nmeta gen=000001\\n", seed=7, target="wtxt", index=3)
 >>> a == mutate(b"WTXT 1\\nmeta gen=000001\\n", seed=7, target="wtxt", index=3)
@@ -23,9 +24,14 @@ INTERESTING = (0, 1, 2, 7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 1023, 
                2**62, 2**63 - 1, 2**63, 2**64 - 1)
 DECIMALS = (b"0", b"-1", b"1", b"999999999999999999999999", b"4294967296", b"1e400", b"nan",
             b"-0", b"00000000000000000000000000000000001", b"18446744073709551616",
-            b"1000000,1000000", b"9" * 400)
+            b"1000000,1000000", b"9" * 400,
+            b"9" * 5000,                                  # past int()'s 4300 digits
+            "\u00b2\u00b2".encode(), "\u0661\u0662".encode(), "\uff11\uff12".encode())
+            # digits str.isdigit takes: int() refuses the superscript, reads the others
 ODD_BYTES = (b"\x00", b"\xff", b"\xe9", b"\xc3\xa9", b"\n", b"\r\n", b" ", b"=", b",", b"[",
-             b"{", b"\"", b"\\", b"%", b"\x80")
+             b"{", b"\"", b"\\", b"%", b"\x80",
+             "\u00a0".encode(), "\u2028".encode(), "\u0085".encode())   # str.split() cuts there
+NESTINGS = (b"[", b'{"a":', b"{a=", b"- ", b"(")
 _DIGITS = re.compile(rb"\d+")
 
 
@@ -157,6 +163,13 @@ def odd_byte_in_line(out: bytearray, rng: random.Random) -> None:
     out[at:at] = rng.choice(ODD_BYTES)
 
 
+def nesting(out: bytearray, rng: random.Random) -> None:
+    """Open a thousand or a hundred thousand brackets at once: recursive parsers (JSON,
+    TOML, YAML) stop with RecursionError, not with their own error."""
+    at = _at(out, rng, 0)
+    out[at:at] = rng.choice(NESTINGS) * rng.choice((1000, 100_000))
+
+
 def _odd_value(rng: random.Random):
     return rng.choice((None, True, 0, -1, 1.5, 2**64, "", "x" * 5000, "\u0000", [], {}, [[]],
                        {"": None}, [1] * 1000, ["a" * 64], json.loads("[" * 200 + "]" * 200)))
@@ -190,5 +203,5 @@ def json_value(out: bytearray, rng: random.Random) -> None:
 
 BINARY_OPS = (flip_bits, flip_bits, set_byte, insert_bytes, delete_bytes, truncate, splice,
               interesting_int, interesting_int, float_field)
-TEXT_OPS = (number_text, number_text, line_edit, odd_byte_in_line)
+TEXT_OPS = (number_text, number_text, line_edit, odd_byte_in_line, nesting)
 JSON_OPS = (json_value, json_value, json_value, json_value)
