@@ -93,7 +93,12 @@ def check_pickles(path: str, zipped: bool) -> None:
     except FormatError:
         raise
     except ZIP_ERRORS as exc:
-        raise FormatError("damaged zip", path=path, got=str(exc)) from exc
+        raise damaged_zip(path, exc) from exc
+
+
+def damaged_zip(path: str, exc: Exception) -> FormatError:
+    return FormatError("damaged zip", path=path, check="crc32",
+                       expected="a zip archive Python's zipfile reads", got=str(exc))
 
 
 def _scan_pickle(stream, count: int, path: str, where: str) -> None:
@@ -204,8 +209,7 @@ def _check_crcs(path: str) -> None:
     except FormatError:
         raise
     except ZIP_ERRORS as exc:    # zipfile's own kinds (an unsupported version, say)
-        raise FormatError("damaged zip", path=path, check="crc32",
-                          expected="a zip archive Python's zipfile reads", got=str(exc)) from exc
+        raise damaged_zip(path, exc) from exc
     if bad is not None:
         raise FormatError("a record does not match its CRC-32", path=path, got=bad,
                           check="crc32")

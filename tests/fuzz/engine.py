@@ -12,6 +12,7 @@ rebuilds its input from (seed, target, index), which is all a case is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -138,8 +139,12 @@ def worker_main(seeds: str, seed: int, timeout: int, memory: int, work: str) -> 
                 _run_cases(proto, ALL_TARGETS[name], name, int(start), int(count), seed,
                            timeout, pristine, root, out)
                 proto.flush()
-            except BaseException:  # noqa: BLE001  (the harness itself failed)
+            except BaseException as exc:  # noqa: BLE001  (the harness itself failed)
                 code = 3
+                with contextlib.suppress(BaseException):
+                    print("X " + json.dumps({"message": f"{type(exc).__name__}: {exc}"[:500],
+                          "traceback": "".join(traceback.format_exception(exc))[-4000:]}),
+                          file=proto)
             os._exit(code)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if code:
@@ -239,13 +244,17 @@ def save_input(campaign: Campaign, seeds: Path, finding: dict) -> None:
     name, index = finding["target"], finding["index"]
     target = ALL_TARGETS[name]
     rel = target.file_for(index)
-    data = target.case_bytes((seeds / rel).read_bytes(), campaign.seed, index)
+    try:
+        data = target.case_bytes((seeds / rel).read_bytes(), campaign.seed, index)
+    except Exception:  # noqa: BLE001  (the mutator itself failed: a harness finding)
+        data = None
     key = hashlib.sha256(f"{finding['kind']}@{finding['where']}".encode()).hexdigest()[:10]
     folder = campaign.out / name
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"{key}-{index}-{Path(rel).name}"
-    stem.write_bytes(data)
-    finding["input"] = str(stem)
+    if data is not None:
+        stem.write_bytes(data)
+    finding["input"] = str(stem) if data is not None else None
     finding["replay"] = (f"python -m tests.fuzz --replay {name} {index} --seed "
                          f"{campaign.seed}")
     Path(f"{stem}.json").write_text(json.dumps(finding, indent=1))
@@ -297,7 +306,8 @@ def _run_batch(worker: Worker, campaign: Campaign, seeds: Path, name: str, start
     stop = start + count
     while start < stop:
         worker.send(name, start, stop - start)
-        current, died = None, None
+        current, died, harness = None, None, None     # current: a case begun, not finished
+        after = start                                 # the first case not finished
         while True:
             line = worker.readline(max(WATCHDOG, timeout * 3))
             if line is None:                   # the server is silent or gone: restart it
@@ -313,20 +323,30 @@ def _run_batch(worker: Worker, campaign: Campaign, seeds: Path, name: str, start
                 died = ("timeout" if code == -signal.SIGALRM else
                         f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}")
                 break
-            if kind == "B":
+            if kind == "X":
+                harness = json.loads(rest)
+            elif kind == "B":
                 current = int(rest)
             elif kind == "R":
+                index, _, verdict = rest.partition(" ")
                 stats.cases += 1
-                stats.typed += rest.endswith("typed")
-                stats.ok += not rest.endswith("typed")
+                stats.typed += verdict == "typed"
+                stats.ok += verdict != "typed"
+                current, after = None, int(index) + 1
             elif kind == "F":
+                finding = json.loads(rest)
                 stats.cases += 1
-                _record(campaign, seeds, name, json.loads(rest))
-        if current is None:
-            raise RuntimeError(f"fuzz worker failed before a case ({died})")
-        _record(campaign, seeds, name, {"index": current, "kind": died, "where": died,
-                                        "message": f"the case's process ended: {died}",
-                                        "file": None})
+                _record(campaign, seeds, name, finding)
+                current, after = None, finding["index"] + 1
+        if current is None:     # the harness failed between cases: report it, skip that one
+            current = after
+            _record(campaign, seeds, name, {
+                "index": current, "kind": "harness", "where": "harness", "file": None,
+                **(harness or {"message": f"the worker failed before the case ({died})"})})
+        else:
+            _record(campaign, seeds, name, {"index": current, "kind": died, "where": died,
+                                            "message": f"the case's process ended: {died}",
+                                            "file": None})
         stats.cases += 1
         start = current + 1
     return worker

@@ -180,7 +180,7 @@ def json_value(out: bytearray, rng: random.Random) -> None:
     JSON: the reader's checks of types and shapes get the input, not the JSON parser."""
     try:
         doc = json.loads(bytes(out))
-    except ValueError:
+    except (ValueError, RecursionError):     # not JSON, or nested deeper than json parses
         return
     nodes, stack = [], [doc]
     while stack:
@@ -198,7 +198,10 @@ def json_value(out: bytearray, rng: random.Random) -> None:
         del parent[key]
     else:
         parent[key] = _odd_value(rng)
-    out[:] = json.dumps(doc).encode()
+    try:
+        out[:] = json.dumps(doc).encode()
+    except RecursionError:
+        pass
 
 
 BINARY_OPS = (flip_bits, flip_bits, set_byte, insert_bytes, delete_bytes, truncate, splice,

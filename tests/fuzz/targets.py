@@ -493,10 +493,22 @@ TARGETS = {t.name: t for t in [
     *(Target(f"write-{name}", ("npz/s.npz",), writer_round_trip(name))
       for name in ("wtxt", "aero", "fold", "pycauset", "finf", "npz", "safetensors", "pt")),
 ]}
+@dataclass(frozen=True)
+class HarnessCanary(Target):
+    """Its mutator fails for case 1, before the case runs (as a deep JSON document once made
+    ``json_value`` raise RecursionError): reported as a ``harness`` finding, the rest run."""
+
+    def case_bytes(self, original: bytes, seed: int, index: int) -> bytes:
+        if index == 1:
+            raise RecursionError("canary")
+        return super().case_bytes(original, seed, index)
+
+
 CANARIES = {t.name: t for t in [
     Target("canary-error", ("npz/s.npz",), canary_error),
     Target("canary-crash", ("npz/s.npz",), canary_crash),
     Target("canary-hang", ("npz/s.npz",), canary_hang, timeout=1),
+    HarnessCanary("canary-harness", ("npz/s.npz",), lambda case: None),
     Target("canary-memory", ("npz/s.npz",), canary_memory),
 ]}
 ALL_TARGETS = {**TARGETS, **CANARIES}

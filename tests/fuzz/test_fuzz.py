@@ -1,9 +1,10 @@
 """The suite's short, derandomized fuzzing run: every format and CLI entry point gets a fixed
 set of mutated inputs (fixed seed), every writer a fixed set of random snapshots to write and
 read back, each run in a memory- and time-limited child; only typed errors or success (for
-writers: the same names, dtypes and bits) are allowed. Canary targets that break the rules on purpose (an untyped
-exception, SIGSEGV, a hang, an allocation over the limit) run in the same campaign and show
-that each kind is reported with its input saved. Long runs: ``python -m tests.fuzz``."""
+writers: the same names, dtypes and bits) are allowed. Canary targets that break the rules on
+purpose (an untyped exception, SIGSEGV, a hang, an allocation over the limit, a failing
+mutator) run in the same campaign and show that each kind is reported with its input saved.
+Long runs: ``python -m tests.fuzz``."""
 
 from __future__ import annotations
 
@@ -44,8 +45,14 @@ def test_each_kind_of_finding_is_reported_with_its_input(campaign):
     canaries = [f for f in campaign.findings() if f["target"] in CANARIES]
     assert {f["target"]: f["kind"] for f in canaries} == {
         "canary-error": "KeyError", "canary-crash": "signal SIGSEGV",
-        "canary-hang": "timeout", "canary-memory": "MemoryError"}
+        "canary-hang": "timeout", "canary-memory": "MemoryError",
+        "canary-harness": "harness"}
+    harness = next(f for f in canaries if f["kind"] == "harness")
+    assert harness["index"] == 1 and harness["input"] is None
+    assert harness["message"] == "RecursionError: canary" and "case_bytes" in harness["traceback"]
     for finding in canaries:
+        if finding is harness:
+            continue
         saved = Path(finding["input"])
         report = json.loads(Path(f"{saved}.json").read_text())
         assert report["index"] == finding["index"] and "--replay" in report["replay"]
