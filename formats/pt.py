@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import io
+import os
 import pickletools
 import struct
 import warnings
@@ -89,7 +90,7 @@ def check_pickles(path: str, zipped: bool) -> None:
                         _scan_pickle(io.BytesIO(archive.read(info)), 1, path, info.filename)
         else:   # legacy: magic, protocol, system info, the state, the storage keys
             with open_input(path) as f:
-                _scan_pickle(f, 5, path, "the file")
+                _scan_pickle(_Bounded(f), 5, path, "the file")
     except FormatError:
         raise
     except ZIP_ERRORS as exc:
@@ -99,6 +100,25 @@ def check_pickles(path: str, zipped: bool) -> None:
 def damaged_zip(path: str, exc: Exception) -> FormatError:
     return FormatError("damaged zip", path=path, check="crc32",
                        expected="a zip archive Python's zipfile reads", got=str(exc))
+
+
+class _Bounded:
+    """A file as ``pickletools`` reads it, refusing a length past its end (a 4 GiB length
+    field would otherwise allocate 4 GiB) and lines longer than any name."""
+
+    def __init__(self, f) -> None:
+        self.f, self.size = f, os.fstat(f.fileno()).st_size
+
+    def read(self, n: int) -> bytes:
+        if n > self.size - self.f.tell():
+            raise EOFError("a length past the end of the file")
+        return self.f.read(n)
+
+    def readline(self) -> bytes:
+        return self.f.readline(2 * MAX_PICKLE_TEXT + 2)
+
+    def tell(self) -> int:
+        return self.f.tell()
 
 
 def _scan_pickle(stream, count: int, path: str, where: str) -> None:

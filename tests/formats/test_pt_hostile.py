@@ -68,3 +68,25 @@ def test_names_up_to_the_limit_still_load(tmp_path):
     torch.save({name + "x": torch.arange(3)}, tmp_path / "longer.pt")
     with pytest.raises(FormatError, match="BINUNICODE argument of 1025 characters"):
         snapops.load(tmp_path / "longer.pt")
+
+
+def test_a_length_past_the_end_of_a_legacy_file_is_refused_without_allocating_it(tmp_path):
+    """A legacy (not zip) .pt whose first text length says 4 GiB: the opcode walk read it with
+    file.read(n), which allocates n bytes first (MemoryError under the fuzzer's cap, --seed 45
+    pt case 1360)."""
+    import torch
+
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"w": torch.ones(3)}, legacy, _use_new_zipfile_serialization=False)
+    data = bytearray(legacy.read_bytes())
+    at = data.index(b"X", 2)            # BINUNICODE: 'X', a 4-byte length, the text
+    data[at + 1:at + 5] = (0xFFFFFFF0).to_bytes(4, "little")
+    legacy.write_bytes(data)
+    code = ("import resource, sys, snapops\n"
+            "used = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (used + (1 << 30),) * 2)\n"
+            "try:\n    snapops.load(sys.argv[1])\n"
+            "except snapops.FormatError as exc:\n    print('typed')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(legacy)], capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert done.stdout.strip() == "typed", done.stderr[-2000:]
