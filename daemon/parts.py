@@ -40,25 +40,25 @@ from dataclasses import dataclass
 
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation.manifest import (  # one line reader for both formats
-    FILE_ROLES, PATH_RE, FileRecord, Part, ShardRecord, _line_re, _Lines, gen_text, quote_name,
-    unquote_name, valid_run,
+    _FLOAT, _GEN, _N, FILE_ROLES, PATH_RE, FileRecord, Part, ShardRecord, _line_re, _Lines,
+    gen_text, quote_name, unquote_name, valid_run,
 )
 from snapops.formats.generation.stats import Partial
 from snapops.formats.generation.write import PartWritten, RankPiece, rank_prefix
+
+from .wal import NODE
 
 MAGIC = "SNAPOPS-PART 2"
 MAX_BYTES = 64 << 20
 MAX_DIMS = 64
 
-_N = r"0|[1-9][0-9]{0,17}"
 _HEX = r"[0-9a-f]{64}"
 _RANK = r"0|[1-9][0-9]{0,5}"
-_FLOAT = r"-?(?:inf|nan|[0-9][0-9.e+-]{0,30})"
 _NAME = r"(?:[A-Za-z0-9_.:/-]|%[0-9A-F]{2}){1,4096}"
 
 
-_HEAD = _line_re("part", ("run", r"\S+"), ("gen", r"[0-9]{6,18}"),
-              ("node", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"), ("world", r"[1-9][0-9]{0,5}"),
+_HEAD = _line_re("part", ("run", r"\S+"), ("gen", _GEN), ("node", NODE),
+              ("world", r"[1-9][0-9]{0,5}"),
               ("ranks", rf"(?:{_RANK})(?:\+(?:{_RANK}))*"),
               ("ts", r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"),
               ("format", r"[a-z][a-z0-9]{0,15}"), ("store", "git|lfs"))
