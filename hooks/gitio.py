@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from snapops.formats.gitcmd import open_git, run_git
+from snapops.formats.looseobject import copy_stored_blob
 
 BLOB_MODES = ("100644", "100755")
 
@@ -122,11 +123,23 @@ class Git:
                 missing -= len(block)
         return b"".join(parts)
 
-    def blob_to(self, oid: str, out: BinaryIO) -> None:
-        """Write a blob into the open file ``out``: git writes it there itself (no pipe, no
-        copy through Python: about twice as fast for shard-sized blobs)."""
+    def objects_dir(self) -> Path:
+        """Where this repository (or a hook's quarantine area) writes new objects."""
+        return Path(self.cwd, self._fact("--git-path", "objects"))
+
+    def blob_to(self, oid: str, out: BinaryIO, *, size: int | None = None) -> str | None:
+        """Write a blob into the open, empty file ``out``. A loose blob stored without
+        compression (what snapops repositories and remotes keep) of the ``size`` the tree
+        lists is copied out of the object store directly, and its SHA-256 computed on the way
+        is returned (:mod:`snapops.formats.looseobject`); any other git writes there itself
+        (no pipe, no copy through Python: about twice as fast for shard-sized blobs): None."""
+        if size is not None:
+            digest = copy_stored_blob(self.objects_dir(), oid, out, size=size)
+            if digest is not None:
+                return digest
         run_git(["cat-file", "blob", oid], cwd=self.cwd, stdout=out,
                 what=f"cat-file blob {oid}")
+        return None
 
     @contextlib.contextmanager
     def open_blob(self, oid: str) -> Iterator[BinaryIO]:

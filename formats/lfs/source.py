@@ -100,8 +100,10 @@ class LfsSource:
 
     def hashed(self, local: Path) -> str | None:
         """The SHA-256 the object store computed for a shard file it handed out, when the
-        file is unchanged since (the verifier then does not hash it again)."""
-        return self.store.hashed(local)
+        file is unchanged since, or the one the inner source computed for a file it copied
+        (the verifier then does not hash it again)."""
+        inner = getattr(self.inner, "hashed", None)
+        return self.store.hashed(local) or (inner(local) if inner is not None else None)
 
     def read_pointer(self, path: str) -> bytes:
         """The pointer file itself, as the tree holds it."""

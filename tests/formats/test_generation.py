@@ -248,9 +248,9 @@ def test_a_kept_git_source_frees_each_shard_once_it_is_loaded(tmp_path, keys, fm
     copied: list[str] = []
 
     class CountingGit(Git):
-        def blob_to(self, oid, out):
+        def blob_to(self, oid, out, **kw):
             copied.append(oid)
-            return super().blob_to(oid, out)
+            return super().blob_to(oid, out, **kw)
 
     scratch = tmp_path / "scratch"
     scratch.mkdir(mode=0o700)
