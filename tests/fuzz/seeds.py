@@ -125,6 +125,7 @@ def build(folder: str | Path) -> dict:
     seal_in_ledger(gen_root, RUN, write_generation(gen_root, spec, 1, TS, state()))
     other_inputs(root, gen_root)
     part_seed(root, load_hmac_key(keys / "hmac.key"))
+    loose_object_seed(root)
     layout = {"keys": "keys", "run": RUN}
     (root / "seeds.json").write_text(json.dumps(layout))
     return layout
@@ -290,6 +291,26 @@ def part_seed(root: Path, hmac_key: bytes) -> None:
     written = write_part(root / "parts" / "files", spec, 2, TS, pieces, None)
     header = PartHeader(RUN, 2, "node-b", PART_WORLD, (1, 2), TS, "wtxt")
     (root / "parts" / "PART").write_bytes(render_part(PartFile(header, written), hmac_key))
+
+
+LOOSE_CONTENT_SEED = 7
+
+
+def loose_object_seed(root: Path) -> None:
+    """A loose blob as a snapops repository stores it (``core.looseCompression 0``): 100 KB
+    of content in git's stored deflate blocks, written by the real git."""
+    import subprocess
+
+    repo = root / "loose" / "repo"
+    repo.mkdir(parents=True)
+    for args in (["init", "-q"], ["config", "core.looseCompression", "0"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    content = np.random.default_rng(LOOSE_CONTENT_SEED).bytes(100_000)
+    oid = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=content,
+                         capture_output=True, check=True).stdout.decode().strip()
+    object_file = repo / ".git" / "objects" / oid[:2] / oid[2:]
+    (root / "loose" / "object").write_bytes(object_file.read_bytes())
+    (root / "loose" / "size").write_text(str(len(content)))
 
 
 if __name__ == "__main__":

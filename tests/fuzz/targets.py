@@ -3,8 +3,9 @@ without the verify pass, every array through open_lazy), the WTXT delta, WSUM, a
 MANIFEST and ledger readers, every CLI entry point through ``snapops.cli.main`` (with
 ``SNAPOPS_DEBUG=1`` so an untyped failure surfaces instead of its one-line message), and what
 snapops reads besides snapshots: the daemon's inputs (spool, WAL, config, status file,
-another node's PART), a tree's LFS files (pointer, ``.lfsconfig``, retention record), LFS batch
-answers, key files and the hooks' input lines.
+another node's PART), a loose git object copied out of the object store, a tree's LFS files
+(pointer, ``.lfsconfig``, retention record), LFS batch answers, key files and the hooks'
+input lines.
 
 A case passes when every call returns or raises a :class:`SnapopsError`; anything else
 (another exception, an exit code outside 0-2, a signal, a timeout, running out of the memory
@@ -354,6 +355,40 @@ def run_part(case: Case) -> None:
         raise Finding(f"the committer sealed a MANIFEST it cannot read: {exc}") from exc
 
 
+def run_loose_object(case: Case) -> None:
+    """A loose object file as a restore copies it out of the object store: either refused
+    (nothing written, git is asked instead) or the very content zlib reads from it, after a
+    ``blob <size>`` header, with that content's SHA-256."""
+    import hashlib
+    import zlib
+
+    from snapops.formats.looseobject import copy_stored_blob
+
+    data = case.path.read_bytes()
+    size = int((case.root / "loose" / "size").read_text())
+    oid = "ab" + "c" * 38
+    objects = case.out / "objects"
+    (objects / oid[:2]).mkdir(parents=True, exist_ok=True)
+    (objects / oid[:2] / oid[2:]).write_bytes(data)
+    target = case.out / "copied"
+    with open(target, "xb") as out:
+        digest = copy_stored_blob(objects, oid, out, size=size)
+    copied = target.read_bytes()
+    if digest is None:
+        if copied:
+            raise Finding(f"a refused object left {len(copied)} bytes in the output")
+        case.typed += 1
+        return
+    try:
+        whole = zlib.decompress(data)
+    except zlib.error as exc:
+        raise Finding(f"copied an object zlib refuses: {exc}") from exc
+    if whole != b"blob %d\0" % size + copied:
+        raise Finding("the copy is not the object's content")
+    if digest != hashlib.sha256(copied).hexdigest():
+        raise Finding("the returned SHA-256 is not the copy's")
+
+
 def run_hook_input(name: str, args: tuple[str, ...]) -> Callable[[Case], None]:
     """A hook's input lines (what git writes to its stdin), on a repository that holds a
     sealed generation: an exit code of 0 or 1, never an exception."""
@@ -480,6 +515,7 @@ TARGETS = {t.name: t for t in [
     Target("key-file", ("keys/hmac.key", "keys/signing.key", "keys/signing.pub",
                         "keys/age.key"), run_key_file),
     Target("part", ("parts/PART",), run_part),
+    Target("loose-object", ("loose/object",), run_loose_object),
     Target("pre-receive", ("hook/stdin",), run_hook_input("pre-receive", ())),
     Target("pre-push", ("hook/push-stdin",), run_hook_input("pre-push", ("origin", "/x.git"))),
     Target("review-manifest", (f"gen/snapshots/{RUN}/MANIFEST",), review_manifests),
