@@ -61,10 +61,13 @@ def copy_stored_blob(objects: Path, oid: str, out: BinaryIO, *, size: int) -> st
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _zlib_header(os.pread(fd, 2, 0)):
+        if not stat.S_ISREG(info.st_mode) or not _zlib_header(fd):
             return None
         out.flush()
-        digest = _copy(fd, info.st_size, out.fileno(), size)
+        try:
+            digest = _copy(fd, info.st_size, out.fileno(), size)
+        except _Unreadable:    # git reads it again, and says what is wrong in its own words
+            digest = None
         if digest is None:
             os.ftruncate(out.fileno(), 0)
             os.lseek(out.fileno(), 0, os.SEEK_SET)
@@ -73,8 +76,26 @@ def copy_stored_blob(objects: Path, oid: str, out: BinaryIO, *, size: int) -> st
         os.close(fd)
 
 
-def _zlib_header(two: bytes) -> bool:
-    """A zlib stream of deflate data without a preset dictionary."""
+class _Unreadable(Exception):
+    """The object file could not be read (an I/O error): a matter for git, not the copy."""
+
+
+def _read_at(fd: int, into, pos: int):
+    """``into`` (a writable buffer) filled from ``pos`` as far as the file goes: its filled
+    part."""
+    try:
+        got = os.preadv(fd, [into], pos)
+    except OSError:
+        raise _Unreadable from None
+    return memoryview(into)[:got]
+
+
+def _zlib_header(fd: int) -> bool:
+    """The file starts a zlib stream of deflate data without a preset dictionary."""
+    try:
+        two = _read_at(fd, bytearray(2), 0)
+    except _Unreadable:
+        return False
     if len(two) != 2:
         return False
     cmf, flg = two
@@ -94,8 +115,8 @@ def _copy(fd: int, file_size: int, out: int, size: int) -> str | None:
     checksum, digest = 1, hashlib.sha256()
     pos, seen, blocks, final = 2, 0, 0, False
     while not final:
-        got = os.preadv(fd, [view[:min(_WINDOW, stream_end - pos)]], pos) if pos < stream_end \
-            else 0
+        got = len(_read_at(fd, view[:min(_WINDOW, stream_end - pos)], pos)) \
+            if pos < stream_end else 0
         at, batch = 0, []
         while at + 5 <= got:
             head = buf[at]
@@ -127,10 +148,11 @@ def _copy(fd: int, file_size: int, out: int, size: int) -> str | None:
             _write_all(out, batch[start:start + _BATCH])
         batch.clear()
         pos += at
-    if seen != expected or pos != stream_end:
+    trailer = _read_at(fd, bytearray(4), pos)   # 4 bytes unless the file shrank meanwhile
+    if seen != expected or pos != stream_end or len(trailer) != 4 \
+            or checksum != struct.unpack(">I", trailer)[0]:
         return None
-    return digest.hexdigest() if checksum == struct.unpack(">I", os.pread(fd, 4, pos))[0] \
-        else None
+    return digest.hexdigest()
 
 
 def _write_all(fd: int, views: list[memoryview]) -> None:

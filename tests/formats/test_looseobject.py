@@ -200,3 +200,29 @@ def test_a_tree_source_knows_the_digest_of_what_it_copied(repo: Path, tmp_path: 
         assert local.read_bytes() == content
         assert source.hashed(local) == hashlib.sha256(content).hexdigest()
     assert source.hashed(local) is None and not local.exists()
+
+
+def test_a_read_error_midway_leaves_nothing_and_git_answers(repo: Path, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """An I/O error on the object file after part of it was copied (injected from the third
+    read on): the part is removed and git is asked, which reads the object itself."""
+    import snapops.formats.looseobject as loose
+
+    content = os.urandom(3 * 2**20)
+    oid = store(repo, content)
+    reads = {"n": 0}
+    real = os.preadv
+
+    def failing(fd, buffers, offset):
+        reads["n"] += 1
+        if reads["n"] >= 3:
+            raise OSError(5, "Input/output error")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(loose.os, "preadv", failing)
+    assert copy(repo, oid, len(content), tmp_path) == (None, b"")
+    assert reads["n"] == 3          # the header, one window, then the error
+    out = tmp_path / "via-git.bin"
+    with open(out, "xb") as f:
+        assert Git(repo).blob_to(oid, f, size=len(content)) is None   # git wrote it
+    assert out.read_bytes() == content
