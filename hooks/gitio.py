@@ -1,6 +1,9 @@
 """Thin, typed access to the real ``git`` for hooks and CI (never faked, never gitpython here:
 hooks must see exactly what ``git`` sees, including GIT_INDEX_FILE and the quarantine area).
 Every call goes through :mod:`snapops.formats.gitcmd`, which inherits the hook's environment.
+One read bypasses git: a loose blob stored without compression is copied out of the object
+directory git names (the quarantine area in a hook) by :mod:`snapops.formats.looseobject`,
+only when its file reads exactly as git would read it; anything else goes to ``cat-file``.
 
 A :class:`Tree` is either the index (what ``git commit`` is about to record) or a commit; both
 answer "which blob is at PATH" and "which files changed against a parent", so one checker serves
