@@ -80,7 +80,7 @@ class _Unreadable(Exception):
     """The object file could not be read (an I/O error): a matter for git, not the copy."""
 
 
-def _read_at(fd: int, into, pos: int):
+def _read_at(fd: int, into: bytearray | memoryview, pos: int) -> memoryview:
     """``into`` (a writable buffer) filled from ``pos`` as far as the file goes: its filled
     part."""
     try:
