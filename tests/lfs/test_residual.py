@@ -68,6 +68,23 @@ def test_shuffle_is_byte_planes():
     assert apply_planes(np.zeros(10, np.uint8), head, planes).tolist() == data.tolist()
 
 
+
+@pytest.mark.parametrize("itemsize", residual.ITEMSIZES)
+@pytest.mark.parametrize("offset", [0, 1])
+def test_unshuffle_matches_a_transpose(itemsize, offset):
+    """A tail shorter than an item, and a base that does not start on a word boundary;
+    checked against numpy's transpose."""
+    n = (1 << 20) + 5 * itemsize + 3
+    rng = np.random.default_rng(itemsize)
+    base = rng.integers(0, 256, n + offset, dtype=np.uint8)[offset:]
+    planes = rng.integers(0, 256, n, dtype=np.uint8)
+    whole = n // itemsize * itemsize
+    expected = base.copy()
+    expected[:whole] ^= planes[:whole].reshape(itemsize, -1).T.reshape(-1)
+    expected[whole:] ^= planes[whole:]
+    head = ResidualHeader(itemsize, n, n, "", "", 0)
+    assert np.array_equal(apply_planes(base, head, planes), expected)
+
 def test_wrong_base_refused():
     base, target = _pair(np.float32, n=1000)
     other, _ = _pair(np.float32, n=1000, seed=1)
