@@ -103,7 +103,7 @@ class NpzArrays(ArrayMapping):
             self.members = {i.filename[:-4]: i for i in self.zip.infolist()
                             if i.filename.endswith(".npy")}
             self.names = sorted(self.members)
-            self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+            self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int, bool]] = {}
             self.meta = read_meta(self.zip, path)
         except BaseException:
             self.zip.close()
@@ -121,15 +121,17 @@ class NpzArrays(ArrayMapping):
         return data
 
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
-        dtype, shape, _ = self._spec(name)
+        dtype, shape, _, _ = self._spec(name)
         return dtype, shape
 
-    def _spec(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
+    def _spec(self, name: str) -> tuple[np.dtype, tuple[int, ...], int, bool]:
         if name not in self._specs:
             self._specs[name] = self._parse_header(name)
         return self._specs[name]
 
-    def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int]:
+    def _parse_header(self, name: str) -> tuple[np.dtype, tuple[int, ...], int, bool]:
+        """dtype, shape, data offset and Fortran order of member ``name``, checked against
+        the member's size before any data is read."""
         info = self.members[name]
         _check_declared(info, name, self.path, self.size, self.limits)
         try:
@@ -140,25 +142,27 @@ class NpzArrays(ArrayMapping):
         except ZIP_ERRORS as exc:
             raise FormatError("damaged member", path=self.path, array=name,
                               expected="a member zipfile can read", got=str(exc)) from exc
-        if dtype.hasobject or fortran:
-            raise FormatError("npz member needs pickle or is Fortran-ordered; refused",
-                              path=self.path, array=name, got=str(dtype))
+        if dtype.hasobject:
+            raise FormatError("npz member needs pickle; refused", path=self.path, array=name,
+                              got=str(dtype))
         nbytes = check_shape(name, shape, dtype.itemsize, available=info.file_size - offset,
                              limits=self.limits, path=self.path)
         if nbytes + offset != info.file_size:
             raise FormatError("member size disagrees with its .npy header", path=self.path,
                               array=name, expected=str(nbytes + offset), got=info.file_size)
-        return dtype, tuple(shape), offset
+        return dtype, tuple(shape), offset, bool(fortran)
 
     def array(self, name: str) -> np.ndarray:
         if name not in self.members:
             raise FormatError("no such array", path=self.path, array=name)
-        dtype, shape, offset = self._spec(name)
+        dtype, shape, offset, fortran = self._spec(name)
         nbytes = self.members[name].file_size - offset
         data = self._read(self.members[name], nbytes, skip=offset)
         if len(data) != nbytes:
             raise TruncatedError(path=self.path, array=name, expected=f"{nbytes} bytes",
                                  got=len(data))
+        if fortran:     # np.savez of a transposed array: the same values, in C order
+            return np.ascontiguousarray(np.frombuffer(data, dtype).reshape(shape, order="F"))
         return np.frombuffer(data, dtype).reshape(shape)
 
     def close(self) -> None:

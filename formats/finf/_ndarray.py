@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, FormatError, UnsupportedVersionError
+from ..limits import check_dims
 from . import _spec as S
 
 _KNOWN_KEYS = ("source", "dtype", "byteorder", "shape", "offset")
@@ -116,6 +117,7 @@ def ref_from_mapping(mapping: Any, tag: str, line: int | None) -> NDArrayRef:
         raise FormatError("too many dimensions", line=line, expected=f"<= {S.MAX_NDIM}",
                           got=len(shape))
     dims = tuple(_uint(d, "shape entry", line) for d in shape)
+    check_dims(None, dims, line=line)
     offset = _uint(mapping.get("offset", 0), "offset", line)
     extra = {k: v for k, v in mapping.items() if k not in _KNOWN_KEYS}
     return NDArrayRef(source, dtype, dims, byteorder, offset, tag, line, extra)

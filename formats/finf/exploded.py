@@ -78,7 +78,8 @@ def implode(tree_file: str | os.PathLike, out: str | os.PathLike, *,
     payloads: list[Payload] = []
     with FinfFile(tree_file, limits=limits) as f:
         index_of: dict[tuple, int] = {}
-        for ref in f.refs.values():
+        for name, ref in f.refs.items():
+            f.array(name)     # a hand-edited tree must point at bytes that hold the array
             key, buf, block = _source_block(f, ref)
             if key not in index_of:
                 index_of[key] = len(payloads)

@@ -211,6 +211,9 @@ def parse_arr(line: bytes, no: int) -> ArrLine:
         raise LimitError(line=no, array=name_s, expected=f"at most {MAX_NDIM} dims",
                          got=shape_text.count(b",") + 1)
     shape = parse_shape(shape_text)
+    if shape and max(shape) > MAX_ARRAY_BYTES:
+        raise LimitError(line=no, array=name_s, expected=f"dimensions <= {MAX_ARRAY_BYTES}",
+                         got=max(shape))
     size = int(np.prod(shape, dtype=object)) if shape else 1
     declared = int(nbytes)
     if declared > MAX_ARRAY_BYTES:

@@ -356,6 +356,21 @@ def test_explode_implode_round_trip_is_byte_identical(tmp_path):
     assert (tmp_path / "back.finf").read_bytes() == path.read_bytes()
 
 
+
+def test_implode_of_a_tree_pointing_at_the_wrong_block_writes_nothing(tmp_path):
+    """A hand-edited tree naming another (smaller) block file: implode refuses before the
+    output exists, as verify of the tree does."""
+    state = {"small": np.arange(3, dtype=np.int8), "big": np.arange(4000, dtype=np.int32)}
+    out = finf.explode(write(tmp_path, state), tmp_path / "parts")
+    tree = tmp_path / "parts" / "m.finf"
+    small, big = sorted(out["blocks"], key=lambda name: (tmp_path / "parts" / name).stat().st_size)
+    tree.write_bytes(tree.read_bytes().replace(f"source: {big}".encode(),
+                                               f"source: {small}".encode()))
+    assert not finf.verify(tree).ok
+    with pytest.raises(FormatError, match=r"\[extents\] array big"):
+        finf.implode(tree, tmp_path / "back.finf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.finf", "parts"]
+
 @pytest.mark.parametrize("uri", ["../outside.finf", "/etc/passwd", "file:///etc/passwd",
                                  "sub/../../outside.finf", "a\\..\\b.finf", "%2e%2e/x.finf",
                                  "http://example.org/x.finf", "./x.finf", "a//b.finf",
@@ -546,6 +561,16 @@ def test_bad_ndarray_entries(tmp_path, entry):
     path.write_bytes(make_file(tree_with(entry), [b"abcd"]))
     _bounded(lambda: finf.load(path))
 
+
+@pytest.mark.parametrize("dim", ["99999999999999999999999", "9223372036854775808"])
+def test_an_empty_array_with_a_dimension_numpy_cannot_hold_is_a_limit_error(tmp_path, dim):
+    path = tmp_path / "x.finf"
+    entry = "  w: !ndarray {source: 0, dtype: uint8, byteorder: little, shape: [0, %s]}\n" % dim
+    path.write_bytes(make_file(tree_with(entry), [b"abcd"]))
+    with pytest.raises(LimitError, match=rf"x.finf:\d+: \[limit\] expected dimensions of at "
+                                         rf"most \d+, got {dim} in dimension 1"):
+        finf.load(path)
+    assert not finf.verify(path).ok
 
 @pytest.mark.parametrize("entry", [
     "  w: !ndarray {source: 0, dtype: complex64, byteorder: little, shape: [1]}\n",

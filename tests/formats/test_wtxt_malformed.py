@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapops.formats import wtxt
-from snapops.formats.errors import FormatError, LimitError, TruncatedError
+from snapops.formats.errors import DataError, FormatError, LimitError, TruncatedError
 from snapops.formats.wtxt._parse import Checks, parse_stream
 from tests.conftest import sample_state
 
@@ -145,6 +145,23 @@ def test_petabyte_declaration_is_refused_without_allocating(good, tmp_path):
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert after - before < 200_000  # KiB: nothing near the declared sizes was allocated
 
+
+
+def test_an_empty_array_with_a_dimension_numpy_cannot_hold_is_a_limit_error(tmp_path):
+    """shape=0,<23 digits>: no bytes, but numpy refuses the shape; every reader says so."""
+    path = tmp_path / "e.wtxt"
+    wtxt.save({"e": np.zeros((0, 3), np.float32)}, path, gen=1, ts=TS)
+    huge = path.read_bytes().replace(b"shape=0,3 ", b"shape=0,99999999999999999999999 ")
+    error = fails(huge, tmp_path)
+    assert isinstance(error, LimitError) and error.line == 5 and error.array == "e"
+    import snapops
+
+    path.write_bytes(huge)
+    with pytest.raises(LimitError, match=r"e.wtxt:5: \[limit\] array e: expected dimensions"):
+        snapops.inspect(path)
+    with pytest.raises(DataError, match="a dimension of 1099511627776 exceeds the WTXT limit"):
+        wtxt.save({"e": np.zeros((0, 2**40), np.float32)}, tmp_path / "w.wtxt", gen=1, ts=TS)
+    assert not (tmp_path / "w.wtxt").exists()
 
 def test_huge_line_is_a_limit_error(tmp_path):
     error = fails(b"WTXT 1\nmeta " + b"x" * 100_000, tmp_path)
