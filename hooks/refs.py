@@ -115,11 +115,16 @@ def check_ref(git, update: RefUpdate, protected: str | None,
     extend (the protected branch as the receiving side has it; None: no check)."""
     if update.new is None:
         return check_deletion(update, protected)
+    if git.resolve(f"{update.new}^{{object}}") is None:     # fail closed, whatever git allows
+        return [ref_problem(update, "the new value names no object in this repository",
+                            expected="an object id the push brought", got=update.new[:40])]
     if update.ref.startswith(TAG_PREFIX):
         return check_gen_tag(git, update)
-    if not update.ref.startswith(BRANCH_PREFIX) or git.resolve(f"{update.new}^{{commit}}") \
-            is None:
+    if not update.ref.startswith(BRANCH_PREFIX):
         return []
+    if git.resolve(f"{update.new}^{{commit}}") is None:
+        return [ref_problem(update, "a branch must point at a commit", expected="a commit",
+                            got=git.text("cat-file", "-t", update.new, check=False) or "?")]
     if update.old is not None and git.resolve(update.old):
         return check_ledgers_kept(git, update, update.old,
                                   f"the old tip {update.old[:12]} of {update.ref}")

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from snapops.formats.generation.write import Written, seal_in_ledger
 from snapops.formats.keys import generate_keys
 
 from .genrepo import (
-    MANIFEST, RUN, GenRepo, commit_with, files_under, git_env, guarded_remote,
+    MANIFEST, RUN, SNAPOPS, GenRepo, commit_with, files_under, git_env, guarded_remote,
     make_repo, state, tag,
 )
 
@@ -383,3 +384,18 @@ def test_names_cannot_forge_or_hide_lines_of_the_output(world):
     assert "\x1b" not in stderr
     assert not any(line.startswith("remote: snapops pre-receive: OK")
                    for line in stderr.splitlines())
+
+
+def test_ref_updates_naming_no_object_or_not_a_commit_fail_closed(world):
+    """git itself never hands pre-receive these, but the hook does not rely on it: a new value
+    that names no object, or a branch set to a tree, is refused, not waved through."""
+    remote = world.remote
+    tree = remote.out("rev-parse", "main^{tree}")
+    for new, ref, message in [("1" * 40, "refs/heads/main", "the new value names no object"),
+                              ("1" * 40, f"refs/tags/{RUN}/gen-000009", "the new value names"),
+                              (tree, "refs/heads/x", "a branch must point at a commit")]:
+        hook = subprocess.run([SNAPOPS, "hook", "pre-receive", "--repo", str(remote.path)],
+                              input=f"{'0' * 40} {new} {ref}\n", text=True,
+                              capture_output=True, env=remote.env, timeout=120)
+        assert hook.returncode == 1, (ref, hook.stderr)
+        assert f"{ref}: [ref] {message}" in hook.stderr, hook.stderr
