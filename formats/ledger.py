@@ -276,8 +276,10 @@ class LedgerReport(Report):
 
     def summary(self) -> str:
         if self.ok:
+            read = ("each snapshot's header matches its entry (their data: snapops verify)"
+                    if "file" in self.checks else "snapshot files not read")
             text = (f"OK {self.path}: {self.entries} entries, last gen {self.last_gen}, "
-                    f"head {self.head}")
+                    f"head {self.head}; {read}")
         else:
             more = [f"... and {self.dropped} more"] if self.dropped else []
             text = "\n".join([f"FAIL {self.path}: {len(self.problems) + self.dropped} problem(s)",

@@ -28,6 +28,14 @@ def entry_root(ledger: str, root: str | None) -> str:
 
 def run_append(args) -> int:
     ledger = Ledger(args.ledger, root=entry_root(args.ledger, args.root))
+    if not args.header_only:
+        from snapops import verify
+
+        report = verify(args.snapshot)
+        if not report.ok:
+            print(f"{report.summary()}\nnot appended: the ledger vouches only for snapshots "
+                  "that verify", file=sys.stderr)
+            return EXIT_VERIFY_FAILED
     rec = ledger.append_snapshot(args.snapshot)
     e = rec.entry
     print(f"appended line {rec.line_no}: gen={e.gen_text} path={e.path} "
@@ -82,14 +90,18 @@ def register(sub) -> None:
 
     a = add_command(
         lsub, "append", help="append a WTXT snapshot's entry (refused if it does not chain)",
-        description="Read the snapshot's header (or the WSUM beside a streaming file) and append "
-                    "its entry. Refused when its gen is not greater than the last one or its "
-                    "merkle_prev is not the last entry's merkle_this.",
+        description="Verify the snapshot (every check `snapops verify` makes; exit 1 and "
+                    "nothing appended when it fails), then append the entry read from its "
+                    "header (or the WSUM beside a streaming file). Refused when its gen is not "
+                    "greater than the last one or its merkle_prev is not the last entry's "
+                    "merkle_this.",
         example="snapops ledger append ledger/run1.ledger snapshots/run1/s.wtxt",
         func=run_append)
     a.add_argument("ledger", metavar="LEDGER")
     a.add_argument("snapshot", metavar="SNAPSHOT")
     a.add_argument("--root", help="folder entry paths are relative to (default: the top level of the Git work tree holding LEDGER, else LEDGER's folder)")
+    a.add_argument("--header-only", action="store_true",
+                   help="append from the header without verifying the snapshot's data first")
 
     v = add_command(
         lsub, "verify", help="check the chain and the snapshot files (exit 1 on failure)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -459,6 +460,28 @@ def test_cli_append_verify_show(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["gen"] for r in rows] == [1, 2, 3] and rows[0]["line"] == 1
 
+
+
+def test_cli_append_refuses_a_snapshot_that_does_not_verify(tmp_path, capsys):
+    """A data line flipped: the header still chains, but nothing is appended (exit 1);
+    --header-only appends from the header, and ledger verify says it read headers only."""
+    ledger, paths = cli_chain(tmp_path)
+    data = Path(paths[0]).read_bytes()
+    lines = data.split(b"\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(b"ch "))
+    body = bytearray(lines[at + 1])
+    body[0] = ord("A") if body[0] != ord("A") else ord("B")
+    lines[at + 1] = bytes(body)
+    Path(paths[0]).write_bytes(b"\n".join(lines))
+    assert main(["ledger", "append", ledger, paths[0], "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL" in err and "[parity]" in err and "not appended" in err
+    assert not Path(ledger).exists() or Path(ledger).read_bytes() == b""
+    assert main(["ledger", "append", ledger, paths[0], "--root", str(tmp_path),
+                 "--header-only"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "verify", ledger, "--root", str(tmp_path)]) == 0
+    assert "header matches its entry (their data: snapops verify)" in capsys.readouterr().out
 
 def test_cli_verify_failure_names_the_line(tmp_path, capsys):
     ledger, paths = cli_chain(tmp_path)
