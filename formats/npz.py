@@ -78,6 +78,17 @@ def open_zip(path: str) -> zipfile.ZipFile:
     return archive
 
 
+def first_member_name(head: bytes) -> str | None:
+    """The name of the first member of a zip archive whose first bytes are ``head`` (None: not
+    a zip's local header, or the name runs past ``head``). npz and torch's ``.pt`` are both zip
+    archives: their first member (``x.npy``, ``<name>/data.pkl``) tells them apart."""
+    if head[:4] != b"PK\x03\x04" or len(head) < 30:
+        return None
+    length = int.from_bytes(head[26:28], "little")
+    name = head[30:30 + length]
+    return name.decode("utf-8", "replace") if len(name) == length else None
+
+
 def _refuse_encrypted(archive: zipfile.ZipFile, path: str) -> None:
     """No member may be encrypted: zipfile would raise a bare RuntimeError asking for a
     password the moment one is opened (npz, .pt and the review all open archives here)."""
@@ -102,6 +113,12 @@ class NpzArrays(ArrayMapping):
             self.size = os.fstat(self.zip.fp.fileno()).st_size
             self.members = {i.filename[:-4]: i for i in self.zip.infolist()
                             if i.filename.endswith(".npy")}
+            stray = next((i.filename for i in self.zip.infolist()
+                          if not i.filename.endswith(".npy") and i.filename != META_MEMBER), None)
+            if stray is not None:     # a torch .pt named .npz would read as "0 arrays, OK"
+                raise FormatError("npz member that is neither an array (.npy) nor "
+                                  f"{META_MEMBER}", path=path, check="structure",
+                                  expected="NAME.npy members", got=stray[:200])
             self.names = sorted(self.members)
             self._specs: dict[str, tuple[np.dtype, tuple[int, ...], int, bool]] = {}
             self.meta = read_meta(self.zip, path)
@@ -245,6 +262,10 @@ class Npz(SnapshotFormat):
     capabilities = Capabilities(
         native_dtypes=frozenset(n for n in DTYPES if n != "bf16" and not n.startswith("f8")),
         integrity=frozenset({"structure", "data"}))
+
+    def sniff(self, head: bytes) -> bool:
+        first = first_member_name(head)
+        return first is not None and (first.endswith(".npy") or first == META_MEMBER)
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
         _json_meta(snapshot.meta)

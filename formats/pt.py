@@ -33,7 +33,7 @@ from .dtypes import DTYPES
 from .errors import FormatError
 from .iosafe import open_input
 from .model import ArrayMapping, Snapshot
-from .npz import ZIP_ERRORS, open_zip
+from .npz import ZIP_ERRORS, first_member_name, open_zip
 from .report import Report
 from .tensors import is_tensor, numpy_to_tensor, tensor_to_numpy
 
@@ -175,6 +175,10 @@ class Pt(SnapshotFormat):
     capabilities = Capabilities(
         native_dtypes=frozenset(DTYPES),
         integrity=frozenset({"structure", "data"}))
+
+    def sniff(self, head: bytes) -> bool:
+        first = first_member_name(head)          # torch.save's zip: <name>/data.pkl first
+        return first is not None and first.endswith("/data.pkl")
 
     def _save(self, snapshot: Snapshot, path: str, options: Any) -> WriteResult:
         import torch

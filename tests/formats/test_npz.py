@@ -33,3 +33,30 @@ def test_a_member_that_needs_pickle_is_refused(tmp_path):
     np.savez(path, ok=np.ones(2), o=np.array([{}, 1], dtype=object))
     with pytest.raises(FormatError, match=r"o.npz: \[grammar\] array o: npz member needs pickle"):
         snapops.load(path)
+
+
+def test_zip_archives_are_told_apart_by_their_first_member_not_their_name(tmp_path):
+    """npz and torch's .pt are both zip archives; a misnamed one is read as what it is."""
+    import torch
+
+    np.savez(tmp_path / "n.npz", x=np.arange(3, dtype=np.int16))   # np.savez adds .npz
+    (tmp_path / "n.npz").rename(tmp_path / "n.wtxt")
+    torch.save({"a": torch.arange(4, dtype=torch.float32)}, tmp_path / "t.npz")
+    assert snapops.verify(tmp_path / "n.wtxt").format == "npz"
+    assert np.array_equal(snapops.load(tmp_path / "n.wtxt")["x"], np.arange(3, dtype=np.int16))
+    assert snapops.verify(tmp_path / "t.npz").format == "pt"
+    assert np.array_equal(snapops.load(tmp_path / "t.npz")["a"], np.arange(4, dtype=np.float32))
+
+
+def test_a_member_that_is_not_an_array_is_refused(tmp_path):
+    """A torch archive whose first name is too long to sniff falls back to the .npz suffix:
+    it is refused by name, not read as an empty npz that verifies."""
+    import torch
+
+    path = tmp_path / ("m" * 60 + ".npz")
+    torch.save({"a": torch.ones(2)}, path)
+    report = snapops.verify(path)
+    assert not report.ok and report.failure.check == "structure"
+    assert "neither an array (.npy) nor snapops.json" in str(report.failure)
+    with pytest.raises(FormatError, match=r"\[structure\] npz member that is neither"):
+        snapops.load(path)
