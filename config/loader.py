@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from snapops.formats.errors import ConfigError, FormatError, short_repr
+from snapops.formats.errors import ConfigError, FormatError, looks_like_key_material, short_repr
 from snapops.formats.iosafe import read_small_text
 
 from .schema import FORMATS, POLICIES, STORES, Config, RemoteConfig
@@ -32,6 +32,8 @@ MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max":
            "daemon.abandon_after": 0.0, "cluster.world_size": 1, "cluster.rank_timeout": 0.0,
            "repo.keyframe_every": 1}
 
+# settings naming a file that holds a secret: their values are never repeated in a message
+SECRET_FILES = {"seal.hmac_key", "seal.sign_key", "repo.lfs_token_file"}
 META_TOKENS = {"snapshot.schema", "snapshot.build", "snapshot.host", "snapshot.cuda"}
 MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
 
@@ -101,10 +103,23 @@ def build_config(merged: dict[str, dict[str, Any]], base_dir: str) -> Config:
         sections[section] = cls(**{**dataclasses.asdict(getattr(defaults, section)), **parsed}) \
             if section != "repo" else cls(**{**_shallow(getattr(defaults, section)), **parsed})
     config = Config(**sections, base_dir=base_dir)
+    check_secret_files(config)
     if config.repo.store == "lfs" and config.snapshot.delta:
         raise ConfigError("snapshot.delta: DELTA files need the shards in Git; not with "
                           "repo.store = \"lfs\" (residuals are its deltas)")
     return config
+
+
+def check_secret_files(config: Config) -> None:
+    """Refuse a secret-file setting that holds the secret itself (``SNAPOPS_SEAL_HMAC_KEY=$(cat
+    hmac.key)``), naming the setting and never the value; an existing file is always a path."""
+    for dotted in sorted(SECRET_FILES):
+        section, _, key = dotted.partition(".")
+        value = getattr(getattr(config, section), key)
+        if value and looks_like_key_material(value) and not os.path.lexists(
+                resolve(config, value)):
+            raise ConfigError(f"{dotted}: looks like key material, not a path (not shown): "
+                              "give the path of the key file")
 
 
 def _shallow(obj) -> dict:
@@ -115,7 +130,8 @@ def _remotes(value) -> tuple[RemoteConfig, ...]:
     if isinstance(value, tuple) and all(isinstance(r, RemoteConfig) for r in value):
         return value
     if isinstance(value, str):  # SNAPOPS_REPO_REMOTE="origin=url,backup=url"
-        value = [dict(zip(("name", "url"), item.split("=", 1))) for item in value.split(",") if item]
+        value = [dict(zip(("name", "url"), item.split("=", 1)))
+                 for item in value.split(",") if item]
     if not isinstance(value, list):
         raise ConfigError("repo.remote: expected [[repo.remote]] tables with name and url")
     remotes = []
@@ -143,8 +159,8 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     except ConfigError as exc:                    # parse_size says what is wrong with a size
         raise ConfigError(f"{key}: {exc}") from None
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{key}: expected {type(default).__name__}, got {short_repr(value)}"
-                          ) from None
+        got = type(value).__name__ if key in SECRET_FILES else short_repr(value)
+        raise ConfigError(f"{key}: expected {type(default).__name__}, got {got}") from None
     if key in CHOICES and value not in CHOICES[key]:
         raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
     if key in MINIMUM and value < MINIMUM[key]:
@@ -191,7 +207,8 @@ def _typed(key: str, value: Any, default: Any) -> Any:
 def _bool(value) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on",
+                                                    "0", "false", "no", "off"):
         return value.lower() in ("1", "true", "yes", "on")
     raise ValueError
 

@@ -6,6 +6,8 @@ Every parser raises only these (never KeyError, struct.error, UnicodeDecodeError
 
 from __future__ import annotations
 
+import re
+
 
 class SnapopsError(Exception):
     """Root of every error snapops raises on purpose."""
@@ -77,7 +79,8 @@ class FormatError(SnapopsError, ValueError):
             if len(got) > 120:
                 got = got[:117] + "..."
             body.append(f"expected {self.expected}, got {got}")
-        return f"{prefix} {'; '.join(body) or 'invalid'}"
+        # path, message, got and array come from files and arguments an attacker may write
+        return printable(f"{prefix} {'; '.join(body) or 'invalid'}")
 
     def to_dict(self) -> dict:
         return {
@@ -138,11 +141,17 @@ class KeyMaterialError(SnapopsError, ValueError):
 
 
 class DecryptionError(SnapopsError, ValueError):
-    """Ciphertext cannot be decrypted: no identity matches, wrong passphrase, failed authentication."""
+    """Ciphertext cannot be decrypted: no identity matches, wrong passphrase, failed
+    authentication."""
 
 
 class ConfigError(SnapopsError, ValueError):
     """Invalid configuration; the message names the key path."""
+
+
+class UsageError(SnapopsError, ValueError):
+    """A command cannot be carried out as given (an output that is one of its inputs, a folder
+    that does not exist); raised before anything is read or written."""
 
 
 class GitError(SnapopsError):
@@ -165,3 +174,52 @@ def short_repr(value, limit: int = 60) -> str:
     """
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def printable(text: object) -> str:
+    """``text`` safe to show on one terminal line: every character ``str.isprintable``
+    refuses (C0 and C1 controls, DEL, line and paragraph separators, format characters such
+    as bidi overrides, unassigned code points, lone surrogates) is written as ``repr`` writes
+    it (``\\x1b``, ``\\n``, ``\\u202e``). Printable text, backslashes included, is left as
+    it is, so a normal message prints unchanged and escaping twice changes nothing.
+
+    >>> printable("evil\\x1b[2J\\nfake line")
+    'evil\\\\x1b[2J\\\\nfake line'
+    >>> printable(printable("a\\tb")) == printable("a\\tb") == "a\\\\tb"
+    True
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+_KEY_MARKERS = re.compile(r"(?i:SECRET[-_ ]KEY|PRIVATE KEY|-----BEGIN)|eyJ[A-Za-z0-9_-]{16,}\.")
+_HEX_RUN = re.compile(r"[0-9A-Fa-f]{32}")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+_SEPARATORS = re.compile(r"[+/=_-]")
+
+
+def looks_like_key_material(text: str) -> bool:
+    """True when ``text`` could hold a secret (an age identity, even cut, a PEM block, 32+ hex
+    digits, a base64 or base32 run as keys and tokens are, a JWT): a message must then name
+    where it came from, never repeat it. An odd path can look like this too, so callers only
+    ask about text that is not an existing path.
+
+    >>> looks_like_key_material("13b04f0db43fc1e779f4c8e5c1ae2e3612f3dae8c1f3d1cd00127f207c7d3574")
+    True
+    >>> looks_like_key_material("/tmp/pytest-of-root/pytest-537/test_identity_format0/hmac.key")
+    False
+    """
+    if _KEY_MARKERS.search(text) or _HEX_RUN.search(text):
+        return True
+    return any(_encoded(run) for run in _BASE64_RUN.findall(text))
+
+
+def _encoded(run: str) -> bool:
+    """A run of the base64 alphabet that reads as encoded bytes, not as a path: letters and
+    digits mixed, in long stretches (a path splits into short words at / _ -)."""
+    if not (any(c.isdigit() for c in run) and any(c.isalpha() for c in run)):
+        return False
+    stretches = len(_SEPARATORS.findall(run.rstrip("="))) + 1
+    return len(run) / stretches >= 8

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .atomic import atomic_write_bytes
-from .errors import FormatError, KeyMaterialError
+from .errors import FormatError, KeyMaterialError, looks_like_key_material
 from .iosafe import open_input
 
 _HMAC_HEX = re.compile(rb"[0-9a-f]{64}\n?")
@@ -25,11 +25,19 @@ MAX_KEY_FILE = 64 * 1024
 
 def read_key_file(path: str | os.PathLike, what: str) -> bytes:
     """The bytes of a key file, refused (KeyMaterialError naming ``what``) above MAX_KEY_FILE.
+    A missing path that looks like the key itself (``--hmac-key "$(cat hmac.key)"``, a
+    setting holding the key) is refused without repeating it.
 
-    >>> read_key_file("/nonexistent/hmac.key", "HMAC key")
+    >>> read_key_file("/nonexistent/hmac.key", "HMAC key")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    snapops.formats.errors.KeyMaterialError: /nonexistent/hmac.key: HMAC key: cannot read: No such file or directory
+    snapops.formats.errors.KeyMaterialError: /nonexistent/hmac.key: HMAC key: cannot read: No ...
+    >>> read_key_file("0" * 64, "HMAC key")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    snapops.formats.errors.KeyMaterialError: HMAC key: looks like key material, not a path ...
     """
+    if _key_given_as_path(path):
+        raise KeyMaterialError(f"{what}: looks like key material, not a path (not shown): "
+                               "give the path of the key file")
     p = Path(path)
     try:
         with open_input(p) as f:     # a regular file: a FIFO would block, /dev/zero not end
@@ -41,6 +49,15 @@ def read_key_file(path: str | os.PathLike, what: str) -> bytes:
     if len(data) > MAX_KEY_FILE:
         raise KeyMaterialError(f"{p}: {what} file is larger than {MAX_KEY_FILE} bytes")
     return data
+
+
+def _key_given_as_path(path) -> bool:
+    """True for a path that names no file and looks like key material (a long odd path can
+    look so too: an existing one is always a path)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    text = os.fsdecode(path)
+    return looks_like_key_material(text) and not os.path.lexists(text)
 
 
 def load_hmac_key(path: str | os.PathLike) -> bytes:

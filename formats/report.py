@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import FormatError
+from .errors import FormatError, printable
 
 
 @dataclass
@@ -50,8 +50,11 @@ class Report:
         }
 
     def summary(self) -> str:
+        """One line, then one per note; the path and notes (which name arrays from the file)
+        are escaped as every message is (``printable``): they cannot forge lines."""
         if self.ok:
-            text = f"OK {self.path}: {self.format}, {self.arrays} arrays, {self.raw_bytes} bytes"
+            text = (f"OK {printable(self.path)}: {self.format}, {self.arrays} arrays, "
+                    f"{self.raw_bytes} bytes")
         else:
             text = f"FAIL {self.failure}"
-        return "\n".join([text, *(f"  note: {n}" for n in self.notes)])
+        return "\n".join([text, *(f"  note: {printable(n)}" for n in self.notes)])

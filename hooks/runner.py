@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Mapping, TextIO
 
-from snapops.formats.errors import ConfigError, LimitError
+from snapops.formats.errors import ConfigError, LimitError, printable
 
 from .check import Checker, Outcome, parse_updates
 from .gitio import Git
@@ -26,12 +26,6 @@ from .repo_config import RepoConfig, load_repo_config
 
 REFUSED = {"pre-commit": "commit refused", "pre-push": "push refused",
            "pre-receive": "push rejected", "ci": "verification failed"}
-
-
-def printable(text: str) -> str:
-    """``text`` on one line: pushed paths and commit subjects may hold newlines or terminal
-    escapes, which would forge or hide lines of the hook's output."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def render(outcomes: list[Outcome], hook: str, out: TextIO, verbose: bool = False) -> int:

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Iterator
 
 import pyrage
 
-from ..errors import KeyMaterialError
+from ..errors import KeyMaterialError, looks_like_key_material, printable
 from ..keys import read_key_file
 from ._codec import is_armored
 
 
-def _show(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
+_KEY_TYPE = re.compile(r"(?:ssh|ecdsa|sk)-[A-Za-z0-9@.-]{1,40}(?= )")
+
+
+def _public_prefix(text: str) -> str:
+    """The start of a public key line (age1..., ssh-...) for a message: enough to tell which
+    key was meant, bounded and escaped (``repr`` escapes what ``printable`` does)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _unsupported(text: str) -> str:
+    """A line that is no recipient, as a message may show it: its key type when it names one
+    (``'ssh-dss'``), nothing of it when it could be a secret (a recipients file is where an
+    HMAC key or an identity ends up by mistake), else the line itself, bounded and escaped."""
+    kind = _KEY_TYPE.match(text)
+    if kind:
+        return f"of key type {kind.group(0)!r}"
+    if looks_like_key_material(text):
+        return f"(looks like key material: {len(text)} characters, not shown)"
+    return _public_prefix(text)
 
 
 def parse_recipient(text: str):
@@ -28,12 +46,13 @@ def parse_recipient(text: str):
     elif text.startswith(("ssh-ed25519 ", "ssh-rsa ")):
         kind = pyrage.ssh.Recipient
     else:
-        raise KeyMaterialError(f"unsupported recipient {_show(text)}: expected an age1... X25519 "
-                               "key or an ssh-ed25519/ssh-rsa public key line")
+        raise KeyMaterialError(f"unsupported recipient {_unsupported(text)}: expected an "
+                               "age1... X25519 key or an ssh-ed25519/ssh-rsa public key line")
     try:
         return kind.from_str(text)
     except pyrage.RecipientError as exc:
-        raise KeyMaterialError(f"invalid recipient {_show(text)}: {exc}") from exc
+        raise KeyMaterialError(f"invalid recipient {_public_prefix(text)}: "
+                               f"{printable(exc)}") from exc
 
 
 def _key_lines(path, what: str, data: bytes | None = None) -> Iterator[tuple[int, str]]:

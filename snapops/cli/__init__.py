@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:           # a missing folder, a full disk, a permission
-        report_error(exc)
+        where = f"{exc.filename}: " if exc.filename else ""
+        report_error(f"{where}{exc.strerror or exc}")
         return EXIT_INPUT
     except Exception as exc:         # a bug, but still one line; SNAPOPS_DEBUG=1 shows where
         if os.environ.get("SNAPOPS_DEBUG") == "1":

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Callable, Iterator
 
+from snapops.formats.errors import printable
+
 EXIT_OK = 0
 EXIT_VERIFY_FAILED = 1
 EXIT_INPUT = 2
@@ -24,7 +26,9 @@ class CommandFailed(Exception):
 
 
 def report_error(exc: BaseException | str) -> None:
-    print(f"snapops: error: {exc}", file=sys.stderr)
+    """One line on stderr; control characters from files or names are escaped, so a message
+    cannot move the cursor, recolour the terminal or forge a line."""
+    print(f"snapops: error: {printable(exc)}", file=sys.stderr)
 
 
 def add_command(sub, name: str, *, help: str, description: str, example: str, func):

@@ -18,6 +18,7 @@ from snapops.formats.report import Report
 
 from ._common import (EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command,
                       add_key_options, progress_bar, step)
+from ._paths import check_folder
 
 MANIFEST_NAME = "MANIFEST"
 
@@ -139,17 +140,43 @@ def _folder_lfsconfig(target: str, limit: int) -> bytes | None:
         return None
 
 
-def print_reports(reports: list[Report], as_json: bool) -> int:
+def print_reports(reports: list[Report], as_json: bool, *, unread_is_input: bool = False) -> int:
+    """Print the reports; the exit code is 1 when a check failed, 2 when (``unread_is_input``:
+    the reports are of files named on the command line) one of them could not be read."""
     if as_json:
         json.dump([r.to_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for report in reports:
             print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+    if unread_is_input and any(unreadable(r) for r in reports):
+        return EXIT_INPUT
     return EXIT_OK if all(r.ok for r in reports) else EXIT_VERIFY_FAILED
 
 
+def unreadable(report: Report) -> bool:
+    """The file itself could not be read (missing, a folder, a FIFO, no permission): an
+    input error, not a verification failure."""
+    return report.failure is not None and report.failure.check == "io"
+
+
+def check_key_files(args) -> None:
+    """Read every key file the flags name before verifying anything, so a missing or
+    malformed key is a usage error (exit 2) and not a failed check of each file."""
+    from snapops.formats.keys import load_hmac_key, load_trusted_keys
+
+    if args.hmac_key:
+        load_hmac_key(args.hmac_key)
+    if args.trusted_key:
+        load_trusted_keys(args.trusted_key)
+    if args.identity:
+        from snapops.formats.armor import load_identities
+
+        load_identities(args.identity)
+
+
 def run(args) -> int:
+    check_key_files(args)
     if args.ci or args.range:
         return run_ci(args)
     if args.run:
@@ -171,7 +198,7 @@ def run(args) -> int:
             else:
                 reports.append(verify_one(path, args))
             step(progress, size)
-    return print_reports(reports, args.json)
+    return print_reports(reports, args.json, unread_is_input=True)
 
 
 def _usage(message: str) -> int:
@@ -186,6 +213,7 @@ def run_ci(args) -> int:
 
     if not (args.ci and args.range) or args.files or args.run:
         return _usage("--ci needs --range BASE..HEAD and no FILE or --run")
+    check_folder(args.repo)
     git = Git(args.repo)
     cfg = ci_config(git, args)
     with contextlib.ExitStack() as stack:
