@@ -241,7 +241,10 @@ def _tasks(layout: Layout, itemsize: int) -> list[tuple[int, int]]:
 
 
 def _dtype_name(dt: np.dtype) -> str:
-    return dt.name if dt.kind != "V" else str(dt)
+    """The dtype as every report spells it (``f32``, ``bf16``, ``bool``: ``dtype_label``)."""
+    from snapops.formats.dtypes import dtype_label
+
+    return dtype_label(dt)
 
 
 # --- the work of one task (runs in a worker thread) --------------------------------------------

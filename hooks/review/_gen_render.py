@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 
+from snapops.formats.errors import printable
+
 from ._render import (
-    MD_DETAIL_ARRAYS, MD_LIMIT, _array_key, _assemble, _md_blocks, fmt_cos, fmt_num, fmt_shape, md_cell,
-    md_code, summary_line,
+    MD_DETAIL_ARRAYS, MD_LIMIT, _array_key, _assemble, _md_blocks, fmt_cos, fmt_num, fmt_shape,
+    md_cell, md_code, summary_line,
 )
 from .generation import Anomaly, GenerationReview, TensorRow, fmt_ratio
 
@@ -31,10 +33,14 @@ def gen_text(gen: int | None) -> str:
 
 
 def headline(review: GenerationReview) -> str:
+    """``13 tensors: 2 changed, 0 added, 0 removed, 11 unchanged; 0 anomalies``: with the
+    weights read every tensor is settled by its bytes; from the MANIFESTs alone, tensors
+    whose statistics did not change but whose shard did are counted on their own."""
     c = review.counts()
-    changed = c["changed"] + c["same-stats"]
-    return (f"{len(review.rows)} tensors: {changed} changed, {c['added']} added, "
-            f"{c['removed']} removed, {c['unchanged']} unchanged; "
+    same = (f", {c['same-stats']} with unchanged statistics (bytes not compared)"
+            if c["same-stats"] else "")
+    return (f"{len(review.rows)} tensors: {c['changed']} changed, {c['added']} added, "
+            f"{c['removed']} removed, {c['unchanged']} unchanged{same}; "
             f"{len(review.anomalies)} anomalies")
 
 
@@ -177,12 +183,14 @@ def _detail_md(review: GenerationReview, heading: str) -> list[str]:
 # --- text ---------------------------------------------------------------------------------------
 
 def render_generation_text(review: GenerationReview) -> str:
-    lines = [_title(review), f"  {review.a} -> {review.b}", f"  {mode_text(review)}",
-             f"  {headline(review)}"]
-    lines += [f"  note: {n}" for n in review.notes]
+    """The terminal report; tensor names come from untrusted MANIFESTs and shards, so control
+    characters in them are escaped (``printable``), as in every error message."""
+    lines = [printable(_title(review)), f"  {printable(review.a)} -> {printable(review.b)}",
+             f"  {mode_text(review)}", f"  {headline(review)}"]
+    lines += [f"  note: {printable(n)}" for n in review.notes]
     lines.append(f"anomalies ({len(review.anomalies)}):")
     for x in review.anomalies:
-        lines.append(f"  ! {KIND_LABEL[x.kind]:10s} {x.name}: {x.text}")
+        lines.append(f"  ! {KIND_LABEL[x.kind]:10s} {printable(x.name)}: {printable(x.text)}")
     if not review.anomalies:
         lines.append("  none")
     lines.append("tensors, by relative norm change:")
@@ -191,16 +199,17 @@ def render_generation_text(review: GenerationReview) -> str:
         lines.append("weights: " + summary_line(review.detail))
         for d in sorted(review.detail.arrays, key=_array_key):
             if d.status in ("changed",):
-                lines.append(f"  ~ {d.name}  blocks {d.blocks_changed}/{d.blocks}  elements "
-                             f"{d.elements_changed}/{d.elements}  max|d|={fmt_num(d.max_abs)}"
-                             f" rel_l2={fmt_num(d.rel_l2)} cos={fmt_cos(d.cosine)}")
+                lines.append(f"  ~ {printable(d.name)}  blocks {d.blocks_changed}/{d.blocks}"
+                             f"  elements {d.elements_changed}/{d.elements}"
+                             f"  max|d|={fmt_num(d.max_abs)} rel_l2={fmt_num(d.rel_l2)}"
+                             f" cos={fmt_cos(d.cosine)}")
     return "\n".join(lines) + "\n"
 
 
 def summary_table_text(review: GenerationReview) -> list[str]:
     out = []
     for row in review.rows:
-        out.append(f"  {MARK[row.status]:2s} {row.name}  {_dtype(row, '->')} "
+        out.append(f"  {MARK[row.status]:2s} {printable(row.name)}  {_dtype(row, '->')} "
                    f"[{_shape(row, '->')}]  norm {fmt_num(row.norm_a)} -> {fmt_num(row.norm_b)}"
                    f" (x{_ratio(row)})  nan {_count(row, 'nan', '->')}  inf "
                    f"{_count(row, 'inf', '->')}")
@@ -217,11 +226,12 @@ def generation_dict(review: GenerationReview) -> dict:
             "notes": review.notes,
             "anomalies": [{"kind": x.kind, "name": x.name, "text": x.text}
                           for x in review.anomalies],
-            "tensors": [_row_dict(r) for r in review.rows],
+            "tensors": [_row_dict(r, review.settled(r)) for r in review.rows],
             "detail": None if review.detail is None else review.detail.to_dict()}
 
 
-def _row_dict(row: TensorRow) -> dict:
+def _row_dict(row: TensorRow, settled: str) -> dict:
+    """``status`` from the MANIFESTs (the table's mark), ``settled`` by the weights when read."""
     def side(record):
         if record is None:
             return None
@@ -229,7 +239,8 @@ def _row_dict(row: TensorRow) -> dict:
         return {"dtype": record.dtype, "shape": list(record.shape),
                 "stats": None if s is None else {k: _num(getattr(s, k)) for k in
                                                  ("norm", "min", "max", "mean", "nan", "inf")}}
-    return {"name": row.name, "status": row.status, "a": side(row.a), "b": side(row.b),
+    return {"name": row.name, "status": row.status, "settled": settled, "a": side(row.a),
+            "b": side(row.b),
             "ratio": _num(row.ratio), "rel_change": _num(row.rel_change)}
 
 

@@ -196,7 +196,7 @@ def generation_strip(review, row, columns: int) -> np.ndarray:
     detail = review.detail_of(row.name)
     if detail is not None and detail.block_rel is not None and detail.status != "unchanged":
         return strip(detail, columns)
-    if row.status in ("unchanged", "added", "removed"):
+    if review.settled(row) in ("unchanged", "added", "removed"):
         return np.zeros(columns)
     if any(after for _, after in (row.counts("nan"), row.counts("inf"))):
         return np.full(columns, np.nan)
@@ -220,8 +220,8 @@ def plot_generation(reviews, path: str | os.PathLike, *, title: str | None = Non
     if weights:
         most = max([d.blocks for r in reviews for d in r.detail.arrays] + [1])
         columns = int(min(MAX_COLUMNS, most))
-    picked = [(r, row) for r in reviews for row in r.rows if row.status != "unchanged"]
-    picked += [(r, row) for r in reviews for row in r.rows if row.status == "unchanged"]
+    picked = [(r, row) for r in reviews for row in r.rows if r.settled(row) != "unchanged"]
+    picked += [(r, row) for r in reviews for row in r.rows if r.settled(row) == "unchanged"]
     hidden = max(0, len(picked) - MAX_ROWS)
     picked = picked[:MAX_ROWS]
     prefix = len(reviews) > 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+from snapops.formats.errors import printable
+
 from ._compare import ArrayDiff, BlockChange, DiffReport
 
 MD_LIMIT = 60000            # GitHub refuses comments over 65,536 characters
@@ -92,21 +94,25 @@ def summary_line(report: DiffReport) -> str:
 # --- text ---------------------------------------------------------------------------------------
 
 def render_text(report: DiffReport) -> str:
-    lines = [f"snapops diff {report.a} ({report.format_a}) -> {report.b} ({report.format_b})"]
+    """The terminal report. Array names, metadata and labels come from untrusted files:
+    control characters in them are escaped (``printable``), as in every error message."""
+    lines = [f"snapops diff {printable(report.a)} ({report.format_a}) -> "
+             f"{printable(report.b)} ({report.format_b})"]
     for key, x, y in report.meta_changes:
-        lines.append(f"  meta {key}: {'-' if x is None else x} -> {'-' if y is None else y}")
+        lines.append(f"  meta {printable(key)}: {'-' if x is None else printable(x)} -> "
+                     f"{'-' if y is None else printable(y)}")
     for item in report.arrays:
         lines.append(_text_array(item))
         if item.status == "changed" and item.changes:
             lines.append("      changed " + ", ".join(block_ranges(item, TEXT_BLOCKS)))
         for note in item.notes:
-            lines.append(f"      note: {note}")
+            lines.append(f"      note: {printable(note)}")
     lines.append("summary: " + summary_line(report))
     return "\n".join(lines) + "\n"
 
 
 def _text_array(item: ArrayDiff) -> str:
-    head = f"{STATUS_MARK[item.status]} {item.name}  {type_text(item)}  {item.status}"
+    head = f"{STATUS_MARK[item.status]} {printable(item.name)}  {type_text(item)}  {item.status}"
     if item.status in ("added", "removed") or item.blocks == 0:
         return head
     head += f"  blocks {item.blocks_changed}/{item.blocks}"
@@ -126,14 +132,16 @@ def render_json(report: DiffReport) -> str:
 # --- Markdown -----------------------------------------------------------------------------------
 
 def md_cell(text: str) -> str:
-    """Text safe inside a GFM table cell (pipes escaped, no line breaks, no raw HTML)."""
-    return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ")
+    """Text safe inside a GFM table cell (pipes escaped, no line breaks, no raw HTML, control
+    characters escaped as ``printable`` does)."""
+    return (printable(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ")
             .replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def md_code(text: str) -> str:
-    """A code span for ``text`` in a table cell (backtick fences longer than any run inside)."""
-    text = str(text).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    """A code span for ``text`` in a table cell (backtick fences longer than any run inside;
+    control characters escaped as ``printable`` does)."""
+    text = printable(text).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
     run = longest = 0
     for ch in text:
         run = run + 1 if ch == "`" else 0

@@ -154,18 +154,43 @@ def _open_wtxt(path: str, rows_per_block: int | None) -> SnapshotSource:
         header = bytes(index.buffer[:index.header_end]).decode("ascii").splitlines()[1:]
         source = SnapshotSource("wtxt", meta, header)
         source.closers.append(index.close)
+        logical = wtxt_logical(index)
         for item in index.arrays:
-            source.arrays[item.name] = _wtxt_source(index, item, rows_per_block)
+            name, dtype = logical[item.name]
+            source.arrays[name] = _wtxt_source(index, item, name, dtype, rows_per_block)
+    except FormatError as exc:
+        index.close()
+        raise exc.located(path) from None
     except BaseException:
         index.close()
         raise
     return source
 
 
-def _wtxt_source(index, item, rows_per_block: int | None) -> ArraySource:
-    """One WTXT array through the file's chunk index: chunk SHA-256 values from the ch lines,
+def wtxt_logical(index) -> dict[str, tuple[str, np.dtype]]:
+    """Stored name -> (original name, logical dtype) of every array of an open WTXT index,
+    from its audit line's ``snapops_names`` and ``snapops_dtypes`` records, applied by the
+    functions ``snapops.load`` applies them with (``layer__0__weight`` stored as ``u16`` is
+    ``layer.0.weight``, ``bf16``). Review does not verify: the records are not checked
+    against the header's digest of the audit line (``snapops verify`` does that)."""
+    from snapops.formats.dtypes import DTYPE_META_KEY, restore_logical
+    from snapops.formats.wtxt.logical import NAMES_KEY, audit_pairs, original_names
+
+    audit = index.audit[len(b"audit "):].decode("ascii") if index.audit else None
+    pairs = audit_pairs(audit)
+    stored = {item.name: item.line.np_dtype for item in index.arrays}
+    names = original_names(list(stored), pairs.get(NAMES_KEY))
+    carriers = {names[key]: np.empty(0, dtype) for key, dtype in stored.items()}
+    logical, _ = restore_logical(carriers, pairs.get(DTYPE_META_KEY))
+    return {key: (names[key], logical[names[key]].dtype) for key in stored}
+
+
+def _wtxt_source(index, item, name: str, dtype: np.dtype, rows_per_block: int | None
+                 ) -> ArraySource:
+    """One WTXT array through the file's chunk index under its original ``name`` and logical
+    ``dtype`` (the stored bits viewed as it): chunk SHA-256 values from the ch lines,
     elements decoded chunk by chunk on demand (without the checks: review does not verify)."""
-    dtype, shape, plan = item.line.np_dtype, tuple(item.line.shape), item.plan
+    shape, plan = tuple(item.line.shape), item.plan
     itemsize = dtype.itemsize
     row_elems = int(np.prod(shape[1:], dtype=object)) if len(shape) > 1 else 1
     n = plan.nbytes // itemsize
@@ -183,7 +208,7 @@ def _wtxt_source(index, item, rows_per_block: int | None) -> ArraySource:
         return raw[skip:skip + (stop - start) * itemsize].view(dtype)
 
     digests = (lambda: index.chunk_sha256(item.name)) if layout == native and n else None
-    return ArraySource(item.name, dtype, shape, layout, read, digests, item.line.sha256)
+    return ArraySource(name, dtype, shape, layout, read, digests, item.line.sha256)
 
 
 # --- every other format --------------------------------------------------------------------

@@ -24,7 +24,7 @@ import contextlib
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -130,17 +130,36 @@ class GenerationReview:
     thresholds: Thresholds
     detail: DiffReport | None = None
     notes: list[str] = field(default_factory=list)
+    _by_name: tuple | None = field(default=None, repr=False, compare=False)
 
     def counts(self) -> dict[str, int]:
+        """Tensors per settled status (see :meth:`settled`); ``same-stats`` is left only
+        when the weights were not read."""
         out = {k: 0 for k in ("changed", "added", "removed", "unchanged", "same-stats")}
         for row in self.rows:
-            out[row.status] += 1
+            out[self.settled(row)] += 1
         return out
+
+    @property
+    def changed(self) -> bool:
+        """Something differs, or may (equal statistics, weights not read)."""
+        return any(self.settled(row) != "unchanged" for row in self.rows)
+
+    def settled(self, row: TensorRow) -> str:
+        """``row.status`` (from the MANIFESTs alone, as the summary table shows it), with a
+        tensor whose statistics did not change settled by its weights when they were read:
+        ``unchanged`` when its bytes are equal, else ``changed``."""
+        detail = self.detail_of(row.name) if row.status == "same-stats" else None
+        if detail is None:
+            return row.status
+        return "unchanged" if detail.status == "unchanged" else "changed"
 
     def detail_of(self, name: str) -> ArrayDiff | None:
         if self.detail is None:
             return None
-        return next((d for d in self.detail.arrays if d.name == name), None)
+        if self._by_name is None or self._by_name[0] is not self.detail:
+            self._by_name = (self.detail, {d.name: d for d in self.detail.arrays})
+        return self._by_name[1].get(name)
 
 
 def _stat(record: ArrayRecord | None, key: str):
@@ -216,7 +235,7 @@ def manifest_file_side(path: str | os.PathLike) -> Side:
 
 
 def locate(path: str | os.PathLike) -> tuple[str, str] | None:
-    """(root, run) when ``path`` is ``ROOT/snapshots/<run>`` or ``ROOT/snapshots/<run>/MANIFEST``."""
+    """(root, run) when ``path`` is ``ROOT/snapshots/<run>`` or its MANIFEST."""
     p = Path(os.path.normpath(os.path.abspath(path)))
     if p.name == "MANIFEST":
         p = p.parent
@@ -358,11 +377,24 @@ def _status(a: Manifest | None, b: Manifest | None, x: ArrayRecord | None,
         return "added" if x is None else "removed"
     if x.dtype != y.dtype or x.shape != y.shape:
         return "changed"
-    if _same_content(a, b, x, y):
-        return "unchanged"
-    if x.stats is not None and x.stats == y.stats:
+    if math.prod(x.shape) == 0 or _same_content(a, b, x, y):
+        return "unchanged"       # no elements at all, or the same sealed bytes
+    if _same_stats(x.stats, y.stats):
         return "same-stats"      # equal to 9 digits: the bytes may still differ
     return "changed"
+
+
+def _same_stats(x, y) -> bool:
+    """Equal statistics, NaN equal to NaN (min, max and mean of a tensor holding no finite
+    value are NaN in both MANIFESTs)."""
+    if x is None or y is None:
+        return False
+    return all(_same_number(getattr(x, f.name), getattr(y, f.name)) for f in fields(x))
+
+
+def _same_number(x, y) -> bool:
+    return x == y or (isinstance(x, float) and isinstance(y, float)
+                      and math.isnan(x) and math.isnan(y))
 
 
 def _same_content(a: Manifest, b: Manifest, x: ArrayRecord, y: ArrayRecord) -> bool:

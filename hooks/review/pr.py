@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapops.formats.atomic import atomic_write_bytes
-from snapops.formats.errors import ConfigError, SnapopsError
+from snapops.formats.errors import ConfigError, SnapopsError, printable
 
 from ._gen_render import headline, render_generation_markdown
 from ._render import MD_LIMIT, md_cell, md_code
@@ -186,7 +186,9 @@ def comment_body(result: PrResult, verify_lines: list[str], reviews, image_url: 
 
 
 def _fenced(lines: list[str]) -> list[str]:
-    """``lines`` in a code block whose fence is longer than any backtick run inside."""
+    """``lines`` in a code block whose fence is longer than any backtick run inside (control
+    characters escaped: the verifier quotes names from the pushed files)."""
+    lines = [printable(line) for line in lines]
     longest = count = 0
     for line in lines:
         count = 0

@@ -3,16 +3,20 @@
 Git runs the configured textconv command on both sides of a diff and diffs the text, so the
 rendering is made of stable lines that change only where the content changed:
 
-    snapops-textconv 1 format=aero
+    snapops-textconv 2 format=aero
     meta gen=2
-    arr R dtype=float32 shape=32x4 bytes=512
+    arr R dtype=f32 shape=32x4 bytes=512
       R[0:8] sha256=0c43f2957858ef1a min=0 max=31 mean=15.5
       R[8:16] sha256=96be9bb47166c801 min=32 max=63 mean=47.5
     endarr R sha256=9a7da1da62b9bde6e5fc843d1003baa8358e30e88e196434321e4235a8d7e435
 
 One line per row-block (WTXT: per chunk, whose SHA-256 is the ch line's; other formats: blocks
-of about 32 KiB of whole rows, as WTXT's row blocking would cut them). The file's path is never
-printed: git hands textconv a temporary file.
+of about 32 KiB of whole rows, as WTXT's row blocking would cut them). Arrays have their
+original names and logical dtypes, spelled as everywhere else (``f32``, ``bf16``, ``bool``),
+whatever the format stores (WTXT: ``layer__0__weight`` as ``u16`` is ``layer.0.weight``,
+``bf16``), so the same state renders the same in every format bar the header. Version 2:
+version 1 spelled dtypes as numpy does and showed WTXT's stored names and dtypes. The file's
+path is never printed: git hands textconv a temporary file.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from typing import Iterator
 
 import numpy as np
 
+from snapops.formats.dtypes import dtype_label
 from snapops.formats.limits import DEFAULT_LIMITS, DeclaredLimits
 
 from ._compare import compute_dtype
 from ._sources import ArraySource, open_snapshot
 
-VERSION = 1
+VERSION = 2
 DIGEST_HEX = 16
 BATCH_BYTES = 2 << 20
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")
@@ -75,7 +80,8 @@ def array_lines(array: ArraySource) -> Iterator[str]:
     """The arr line, one digest line per block, and the whole array's SHA-256 last (it is
     known only after every block was read, unless the file states it)."""
     shape = "x".join(str(d) for d in array.shape) if array.shape else "scalar"
-    yield f"arr {quote(array.name)} dtype={array.dtype.name} shape={shape} bytes={array.nbytes}"
+    yield (f"arr {quote(array.name)} dtype={dtype_label(array.dtype)} shape={shape} "
+           f"bytes={array.nbytes}")
     layout = array.layout
     whole = hashlib.sha256()
     digests = array.digests() if array.digests is not None else None

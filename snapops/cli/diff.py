@@ -9,7 +9,11 @@ import sys
 from snapops.formats.errors import ConfigError
 
 from ._common import EXIT_INPUT, EXIT_VERIFY_FAILED, add_command, progress_bar
-from .review import add_generation_options, add_limit_options, limits_from, thresholds_from
+from ._paths import STDIO, check_output
+from .review import (
+    add_generation_options, add_limit_options, limits_from, rows_per_block, thresholds_from,
+    threads,
+)
 
 
 def run(args) -> int:
@@ -20,6 +24,7 @@ def run(args) -> int:
     if (args.git is None) == (len(args.files) != 2) or (args.git and args.files):
         print("snapops diff: give two files A B, or --git REV1 REV2 PATH", file=sys.stderr)
         return EXIT_INPUT
+    check_outputs(args)
     target = generation_target(args)
     if target is not None:
         return run_generation(args, target)
@@ -37,6 +42,18 @@ def run(args) -> int:
                  report.changed)
 
 
+def check_outputs(args) -> None:
+    """UsageError, before anything is read, when --output or --plot would replace an input
+    (a compared file, the work-tree file of --git's PATH, a compared generation's MANIFEST),
+    each other, or cannot be written (a folder, a missing folder)."""
+    inputs = list(args.git[2:] if args.git else args.files)
+    inputs += [os.path.join(p, "MANIFEST") for p in inputs if os.path.isdir(p)]
+    if args.output:
+        check_output(args.output, inputs, what="report")
+    if args.plot:
+        check_output(args.plot, [*inputs, args.output], what="plot")
+
+
 def _emit(args, report, renderers, plot, changed: bool) -> int:
     """Write the report as --format says (text, md, json renderers), draw --plot, and return
     the exit status (--exit-code: 1 when something changed)."""
@@ -45,7 +62,7 @@ def _emit(args, report, renderers, plot, changed: bool) -> int:
         text = render_md(report, title=args.title)
     else:
         text = (render_json if args.format == "json" else render_text)(report)
-    if args.output:
+    if args.output and args.output != STDIO:
         from snapops.formats.atomic import atomic_write_bytes
 
         atomic_write_bytes(args.output, text.encode("utf-8"))
@@ -94,7 +111,7 @@ def run_generation(args, target) -> int:
                  (render_generation_text, render_generation_markdown, render_generation_json),
                  lambda path: f"{plot_generation([review], path, title=args.title)['rows']} "
                               "tensors",
-                 any(row.status != "unchanged" for row in review.rows))
+                 review.changed)
 
 
 def register(sub) -> None:
@@ -118,11 +135,13 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("text", "md", "json"), default="text",
                    help="text (default), md (a pull-request comment) or json")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the row-block heatmap")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report here, not stdout")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write the report here (- or none: stdout); never over an input")
     p.add_argument("--title", help="title of the Markdown report and the plot")
-    p.add_argument("--rows-per-block", type=int, metavar="N",
+    p.add_argument("--rows-per-block", type=rows_per_block, metavar="N",
                    help="rows per block (default: the WTXT chunk layout, else ~32 KiB)")
-    p.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
+    p.add_argument("--threads", type=threads, default=2, metavar="N",
+                   help="worker threads, 1..1024 (default 2)")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when the snapshots differ (like git diff --exit-code)")
     add_generation_options(p)

@@ -6,6 +6,16 @@ from __future__ import annotations
 import sys
 
 from ._common import add_command, add_group, add_key_options, parse_size
+from ._options import expansion_ratio, integer_in, number_in, worker_threads
+from ._paths import check_output_folder
+
+MAX_ROWS_PER_BLOCK = 1 << 30
+
+# argparse types of the review options: a value out of range is a usage error (exit 2)
+threads = worker_threads
+rows_per_block = integer_in(1, MAX_ROWS_PER_BLOCK)
+ratio_threshold = number_in(1, above=True)      # x and 1/x: at 1 every tensor is an anomaly
+cosine_threshold = number_in(-1, 1)
 
 
 def add_limit_options(parser) -> None:
@@ -15,7 +25,7 @@ def add_limit_options(parser) -> None:
     parser.add_argument("--max-array-bytes", type=parse_size, metavar="SIZE",
                         default=DEFAULT_LIMITS.max_bytes,
                         help="refuse arrays declaring more bytes (default 64GiB)")
-    parser.add_argument("--max-expansion", type=float, metavar="RATIO",
+    parser.add_argument("--max-expansion", type=expansion_ratio, metavar="RATIO",
                         default=DEFAULT_LIMITS.max_expansion,
                         help="refuse compressed members (.npz) over 64MiB expanding more than "
                              "RATIO times (default 100)")
@@ -27,11 +37,12 @@ def add_generation_options(parser) -> None:
     g.add_argument("--manifest-only", action="store_true",
                    help="compare the MANIFESTs' statistics only, read no weights (automatic "
                         "when the shards are absent: LFS pointers, not fetched, encrypted)")
-    g.add_argument("--ratio-threshold", type=float, metavar="X",
+    g.add_argument("--ratio-threshold", type=ratio_threshold, metavar="X",
                    help="anomaly when a tensor's norm grows beyond X times or shrinks below "
-                        "1/X (default 10)")
-    g.add_argument("--cosine-threshold", type=float, metavar="C",
-                   help="anomaly when cosine(A, B) < C, weights read (default 0.9)")
+                        "1/X, X > 1 (default 10)")
+    g.add_argument("--cosine-threshold", type=cosine_threshold, metavar="C",
+                   help="anomaly when cosine(A, B) < C, C in -1..1, weights read "
+                        "(default 0.9)")
 
 
 def thresholds_from(args):
@@ -65,6 +76,7 @@ def run_pr(args) -> int:
 
     from .verify import ci_config
 
+    check_output_folder(args.out, what="comment.md and review.png")
     result = review_pull_request(
         args.repo, args.base, args.head, args.out, cfg=ci_config(Git(args.repo), args),
         thresholds=thresholds_from(args), manifest_only=args.manifest_only,
@@ -114,7 +126,8 @@ def register(sub) -> None:
     r.add_argument("--image-url", metavar="URL", help="embed the heatmap from this URL")
     r.add_argument("--details-url", metavar="URL",
                    help="link to the CI run (where review.png is an artifact)")
-    r.add_argument("--threads", type=int, default=2, help="worker threads (default 2)")
+    r.add_argument("--threads", type=threads, default=2, metavar="N",
+                   help="worker threads, 1..1024 (default 2)")
     add_key_options(r)
     add_generation_options(r)
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ._common import add_command
-from .review import add_limit_options, limits_from
+from .review import add_limit_options, limits_from, rows_per_block
 
 
 def run(args) -> int:
@@ -27,6 +27,6 @@ def register(sub) -> None:
         example="git config diff.snapops.textconv 'snapops textconv'  # or: snapops review setup",
         func=run)
     p.add_argument("file")
-    p.add_argument("--rows-per-block", type=int, metavar="N",
+    p.add_argument("--rows-per-block", type=rows_per_block, metavar="N",
                    help="rows per block (default: the WTXT chunk layout, else ~32 KiB)")
     add_limit_options(p)

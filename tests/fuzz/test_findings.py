@@ -82,7 +82,7 @@ def test_textconv_reads_npz_written_by_snapops_with_meta_and_logical_dtypes(tmp_
     npz = [line for line in textconv_lines(tmp_path / "s.npz") if "format=" not in line]
     other = [line for line in textconv_lines(tmp_path / "s.safetensors")
              if "format=" not in line]
-    assert "meta gen=1" in npz and any(line.startswith("arr emb dtype=bfloat16") for line in npz)
+    assert "meta gen=1" in npz and any(line.startswith("arr emb dtype=bf16") for line in npz)
     assert [x for x in npz if not x.startswith("meta")] == \
         [x for x in other if not x.startswith("meta")]
 

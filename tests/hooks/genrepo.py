@@ -169,3 +169,19 @@ def commit_with(repo: Repo, path: str, mode: str, oid: str, message: str) -> str
     commit = repo.out("commit-tree", tree, "-p", "HEAD", "-m", message)
     repo.git("update-ref", "HEAD", commit)
     return commit
+
+
+def sealed_work_repo(root: Path, keys: Path, states) -> GenRepo:
+    """A work repository requiring signatures and HMACs by ``keys``, holding generation 1, 2,
+    ... of ``states`` (each a dict of arrays), committed as the daemon commits them."""
+    env = git_env(root)
+    make_repo(root / "work", env)
+    repo = GenRepo(root / "work", env, keys)
+    for key, value in (("snapops.trustedKeys", str(keys / "signing.pub")),
+                       ("snapops.requireSignature", "true"),
+                       ("snapops.hmacKey", str(keys / "hmac.key")),
+                       ("snapops.requireHmac", "true")):
+        repo.git("config", key, value)
+    for gen, arrays in enumerate(states, start=1):
+        repo.generation(gen, arrays)
+    return repo

@@ -147,7 +147,7 @@ def test_textconv_of_wtxt_matches_chunks_and_numpy(tmp_path):
               rows_per_chunk=ROWS_PER_CHUNK)
     lines = list(textconv_lines(tmp_path / "s.wtxt"))
     text = (tmp_path / "s.wtxt").read_text()
-    assert lines[0] == "snapops-textconv 1 format=wtxt"
+    assert lines[0] == "snapops-textconv 2 format=wtxt"
     assert lines[1:4] == text.split("\n")[1:4]          # meta, cap, root as in the file
     shas = re.findall(r"^ch ix=\d+ off=\d+ len=\d+ sha256=([0-9a-f]{64})", text, re.M)
     blocks = [l for l in lines if l.startswith("  R[")]
@@ -263,10 +263,10 @@ def test_markdown_report_for_a_known_change(tmp_path):
     want = expected_numbers(a["R"], b["R"])
     row = next(l for l in md.splitlines() if l.startswith("| ~ | `R` |"))
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
-    assert cells == ["~", "`R`", "float32", "64x6", "1 / 8", f"{want['elements']} / 384",
+    assert cells == ["~", "`R`", "f32", "64x6", "1 / 8", f"{want['elements']} / 384",
                      fmt_num(want["max_abs"]), fmt_num(want["rel_l2"]), fmt_cos(want["cosine"])]
-    assert "| + | `new` | float32 | 3 | *added* |" in md
-    assert "| &minus; | `step` | int64 | scalar | *removed* |" in md
+    assert "| + | `new` | f32 | 3 | *added* |" in md
+    assert "| &minus; | `step` | i64 | scalar | *removed* |" in md
     block = expected_numbers(a["R"][8:16], b["R"][8:16])
     assert f"| 1 | rows 8:16 | {block['elements']} | {fmt_num(block['max_abs'])} | " \
            f"{fmt_num(block['rel_l2'])} |" in md
@@ -322,7 +322,7 @@ def test_cli_diff_formats_and_exit_codes(tmp_path, capsys):
     A, B = str(tmp_path / "a.wtxt"), str(tmp_path / "state.wtxt")
     assert cli(["diff", A, B]) == 0
     out = capsys.readouterr().out
-    assert "~ R  float32 [64x6]  changed  blocks 1/8" in out and "changed rows 8:16" in out
+    assert "~ R  f32 [64x6]  changed  blocks 1/8" in out and "changed rows 8:16" in out
     assert out.splitlines()[-1].startswith("summary: 3 arrays: 1 changed, 0 added")
     assert cli(["diff", A, B, "--format", "json", "--exit-code"]) == 1
     doc = json.loads(capsys.readouterr().out)
@@ -386,8 +386,8 @@ def test_shape_and_dtype_changes(tmp_path):
     assert by["w"].dtype_changed and by["w"].max_abs == 0 and by["w"].blocks_changed == 0
     assert by["m"].status == "changed" and by["m"].rel_l2 is None
     text = render_text(diff_paths(tmp_path / "a.npz", tmp_path / "b.npz"))
-    assert "float32 [100x4] -> float32 [128x4]" in text
-    assert "float32 [3x4] -> float64 [3x4]" in text
+    assert "f32 [100x4] -> f32 [128x4]" in text
+    assert "f32 [3x4] -> f64 [3x4]" in text
 
 
 def test_review_setup_configures_drivers(tmp_path, capsys):

@@ -26,7 +26,7 @@ from snapops.hooks.review._plot import (
 )
 from snapops.hooks.review.pr import MARKER
 
-from .genrepo import MANIFEST, GenRepo, git_env, make_repo, tag
+from .genrepo import MANIFEST, GenRepo, sealed_work_repo, tag
 
 NAN_AT, INF_AT = ("blocks.0.attn.weight", (3, 4)), ("blocks.1.mlp.weight", (40, 2))
 SCALED = "head.weight"
@@ -76,17 +76,8 @@ def gen3() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, keydir) -> GenRepo:
     """Three generations on main; multi-part arrays (shard_max 1 KiB splits them by rows)."""
-    root = tmp_path_factory.mktemp("genreview")
-    env = git_env(root)
-    make_repo(root / "work", env)
-    r = GenRepo(root / "work", env, keydir)
-    r.git("config", "snapops.trustedKeys", str(keydir / "signing.pub"))
-    r.git("config", "snapops.requireSignature", "true")
-    r.git("config", "snapops.hmacKey", str(keydir / "hmac.key"))
-    r.git("config", "snapops.requireHmac", "true")
-    for gen, arrays in ((1, gen1()), (2, gen2()), (3, gen3())):
-        r.generation(gen, arrays)
-    return r
+    return sealed_work_repo(tmp_path_factory.mktemp("genreview"), keydir,
+                            [gen1(), gen2(), gen3()])
 
 
 class Done:
