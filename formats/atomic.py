@@ -60,7 +60,10 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     folder = target.parent if str(target.parent) else Path(".")
     remove_leftover_temps(folder, target=target.name)
     tmp = folder / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise _naming(target, exc) from None
     fcntl.flock(fd, fcntl.LOCK_EX)
     owner = os.dup(fd)  # keeps the lock after the handle closes, until the rename
     try:
@@ -71,7 +74,10 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
                 os.fsync(handle.fileno())
         if before_replace is not None:
             before_replace(tmp)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _naming(target, exc) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -80,6 +86,11 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
         os.close(owner)
     if durable:
         fsync_dir(folder)
+
+
+def _naming(target: Path, exc: OSError) -> OSError:
+    """``exc`` naming the file the caller asked for, not the temp file (a name nobody gave)."""
+    return type(exc)(exc.errno, exc.strerror, os.fspath(target))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> str:

@@ -109,7 +109,9 @@ def is_ours(path: Path) -> bool:
 
 
 def default_hooks(git: Git) -> tuple[str, ...]:
-    return CLIENT_HOOKS + SERVER_HOOKS if git.is_bare() else CLIENT_HOOKS
+    """A work tree's hooks; a bare repository has no commits of its own to check (no
+    pre-commit), but receives pushes and may push on (a mirror)."""
+    return ("pre-push",) + SERVER_HOOKS if git.is_bare() else CLIENT_HOOKS
 
 
 def install_hooks(repo: str | os.PathLike = ".", *, hooks: tuple[str, ...] | None = None,

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
+from snapops.formats.errors import UsageError
+
 from ._common import add_command, add_group, parse_size, progress_bar, work_folder
+from ._options import integer_in, number_in, size_at_least, worker_threads
+
+# the smallest weights the suites build (model_state): one 1024-column float32 row (its bias
+# vector and a step scalar come on top)
+MIN_STATE = 4 << 10
 
 
 @dataclass(frozen=True)
@@ -23,9 +33,11 @@ class Suite:
     example: str
     default_size: str
     flags: tuple = field(default_factory=tuple)  # (args, kwargs) for add_argument; dest = kwarg
+    min_size: tuple[int, str] = (MIN_STATE, "one 1024-column float32 row")
 
 
-_ROUNDS = (("--rounds",), {"type": int, "default": 3,
+DAY = 86400.0               # longest wait a bench option may ask for, in seconds
+_ROUNDS = (("--rounds",), {"type": integer_in(1), "default": 3,
                            "help": "timed rounds after one warm-up round (default 3)"})
 
 SUITES = [
@@ -35,7 +47,8 @@ SUITES = [
           "same model-like state, interleaved round by round; prints MB/s of raw array bytes, "
           "the ratio to the SHA-256 pass, CPU seconds and peak extra memory.",
           "snapops bench wtxt --size 256MiB --rounds 3", "256MiB",
-          ((("--threads",), {"type": int, "default": 2, "help": "worker threads (default 2)"}),
+          ((("--threads",), {"type": worker_threads, "default": 2,
+                              "help": "worker threads, 1..1024 (default 2)"}),
            (("--no-row-blocking",), {"action": "store_false", "dest": "row_blocking",
                                      "help": "32 KiB chunks instead of row blocks"}),
            _ROUNDS)),
@@ -53,16 +66,18 @@ SUITES = [
           "lfs the daemon writes AERO shards as keyframes and residuals to a giftless on "
           "127.0.0.1 (as `snapops bench storage` does).",
           "snapops bench pipeline --size 64MiB --store lfs --idle 0 --outage 0", "64MiB",
-          ((("--steps",), {"type": int, "default": 60,
-                           "help": "training steps per loop (default 60)"}),
-           (("--nice",), {"type": int, "help": "the daemon's niceness (default: config)"}),
-           (("--idle",), {"type": float, "default": 60.0,
+          ((("--steps",), {"type": integer_in(10), "default": 60,
+                           "help": "training steps per loop, a snapshot every 10 (at least "
+                                   "10; default 60)"}),
+           (("--nice",), {"type": integer_in(0, 19),
+                          "help": "the daemon's niceness, 0..19 (default: config)"}),
+           (("--idle",), {"type": number_in(0, DAY), "default": 60.0,
                           "help": "seconds to measure the idle daemon's CPU (0: skip)"}),
-           (("--outage",), {"type": float, "default": 60.0,
+           (("--outage",), {"type": number_in(0, DAY), "default": 60.0,
                             "help": "seconds the remote is away (0: skip the drain test)"}),
-           (("--interval",), {"type": float, "default": 5.0,
+           (("--interval",), {"type": number_in(0, DAY, above=True), "default": 5.0,
                               "help": "seconds between generations during the outage"}),
-           (("--rounds",), {"type": int, "default": 3,
+           (("--rounds",), {"type": integer_in(1), "default": 3,
                             "help": "plain and snapshotting training runs, alternated "
                                     "(default 3 each; more for a steadier median)"}),
            (("--store",), {"choices": ["git", "lfs"], "default": "git",
@@ -74,7 +89,8 @@ SUITES = [
           "request() against a memcpy of its part, and request-to-pushed of N ranks x --size "
           "against 1 rank x --size, in the same run.",
           "snapops bench multirank --size 64MiB --ranks 4 --format aero", "64MiB",
-          ((("--ranks",), {"type": int, "default": 4, "help": "ranks of the job (default 4)"}),
+          ((("--ranks",), {"type": integer_in(1, 256), "default": 4,
+                            "help": "ranks of the job, each a process, 1..256 (default 4)"}),
            (("--format",), {"dest": "fmt", "default": "wtxt",
                             "choices": ["wtxt", "aero", "fold", "pycauset", "finf"],
                             "help": "the run's snapshot format (default wtxt)"}),
@@ -95,15 +111,15 @@ SUITES = [
           "With --manifest-only: the generation review of two MANIFESTs of --tensors tensors "
           "(no weights read) next to parsing one MANIFEST, the PNG, and the CLI process.",
           "snapops bench review --manifest-only --tensors 1000", "256MiB",
-          ((("--threads",), {"type": int, "default": 2,
-                             "help": "diff worker threads (default 2)"}),
+          ((("--threads",), {"type": worker_threads, "default": 2,
+                             "help": "diff worker threads, 1..1024 (default 2)"}),
            (("--manifest-only",), {"action": "store_true",
                                    "help": "time the review of two generations from their "
                                            "MANIFESTs alone"}),
-           (("--tensors",), {"type": int, "default": 1000,
+           (("--tensors",), {"type": integer_in(1, 10 ** 6), "default": 1000,
                              "help": "tensors per generation with --manifest-only "
                                      "(default 1000)"}),
-           (("--rounds",), {"type": int,
+           (("--rounds",), {"type": integer_in(1),
                             "help": "timed rounds, best kept (default 5 with "
                                     "--manifest-only, else 3 per hook process)"}))),
     Suite("restore", "restore of a sealed generation from a local remote",
@@ -115,14 +131,15 @@ SUITES = [
           "snapops bench restore --size 1GiB --format aero", "1GiB",
           ((("--format",), {"action": "append", "dest": "names", "choices": ["wtxt", "aero"],
                             "help": "only these formats (repeatable; default both)"}),
-           (("--rounds",), {"type": int, "default": 2,
+           (("--rounds",), {"type": integer_in(1), "default": 2,
                             "help": "timed rounds after one warm-up round (default 2)"}))),
     Suite("machine", "this machine's floors: hashing, new memory, page cache and disk",
           "SHA-256 (one core and two threads) and BLAKE3 (one core) of --size bytes; a copy "
           "into memory touched before against the first touch of new memory; a file written "
           "through the page cache and fsync'd against O_DIRECT, and read uncached and cached. "
           "Every other suite's targets stand on these numbers.",
-          "snapops bench machine --size 256MiB", "256MiB", (_ROUNDS,)),
+          "snapops bench machine --size 256MiB", "256MiB", (_ROUNDS,),
+          (1, "rounded up to one 4 MiB block")),
     Suite("storage", "git vs LFS store: bytes stored per generation, push, clone, restore",
           "A real daemon writes --gens generations of a --size state (dense f32, dense bf16, "
           "1%-rows sparse f32) into a bare remote, with store = git (WTXT) and store = lfs "
@@ -131,13 +148,14 @@ SUITES = [
           "fresh clone, and restore of the newest generation (MB/s of raw bytes). With "
           "--workdir the folders holding everything stored are kept.",
           "snapops bench storage --size 128MiB --gens 30 --json", "128MiB",
-          ((("--gens",), {"type": int, "default": 30, "help": "generations (default 30)"}),
+          ((("--gens",), {"type": integer_in(1), "default": 30,
+                           "help": "generations (default 30)"}),
            (("--regime",), {"action": "append", "dest": "regimes",
                             "choices": ["dense_f32", "dense_bf16", "sparse_f32"],
                             "help": "only these regimes (repeatable; default all)"}),
            (("--store",), {"action": "append", "dest": "stores", "choices": ["git", "lfs"],
                            "help": "only these stores (repeatable; default both)"}),
-           (("--keyframe-every",), {"type": int, "default": 8, "metavar": "K",
+           (("--keyframe-every",), {"type": integer_in(1), "default": 8, "metavar": "K",
                                     "help": "the LFS store's keyframe_every (default 8): a "
                                             "restore applies at most K-1 residuals"}))),
 ]
@@ -147,7 +165,39 @@ def _dest(flag_args: tuple, flag_kwargs: dict) -> str:
     return flag_kwargs.get("dest") or flag_args[0].lstrip("-").replace("-", "_")
 
 
+def available_memory() -> int:
+    """Bytes this machine can still give a process without swapping (MemAvailable), else
+    its physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_room(size: int, copies: int, workdir: str | None) -> None:
+    """UsageError when ``copies`` states of ``size`` bytes (each rank holds one) cannot fit
+    in this machine's available memory, or one in the free space of the work folder: the
+    suite would grow until the kernel kills it, or fill the disk, instead of measuring."""
+    from snapops.bench._measure import fmt_bytes
+
+    folder = workdir or tempfile.gettempdir()
+    memory, disk = available_memory(), shutil.disk_usage(folder).free
+    if size * copies > memory:
+        held = f"{copies} ranks x --size" if copies > 1 else "--size"
+        raise UsageError(f"--size {fmt_bytes(size)}: the bench holds {held} in memory, more "
+                         f"than this machine has available ({fmt_bytes(memory)})")
+    if size > disk:
+        raise UsageError(f"--size {fmt_bytes(size)}: the bench writes its state to {folder}, "
+                         f"more than its free space ({fmt_bytes(disk)}; --workdir picks "
+                         "another folder)")
+
+
 def _run(suite: Suite, args) -> int:
+    check_room(args.size, getattr(args, "ranks", 1), args.workdir)
     options = {dest: getattr(args, dest)
                for dest in (_dest(*flag) for flag in suite.flags)}
     from snapops.bench._measure import reporting_to
@@ -172,8 +222,10 @@ def register(sub) -> None:
     for suite in SUITES:
         q = add_command(bsub, suite.name, help=suite.help, description=suite.description,
                         example=suite.example, func=lambda a, s=suite: _run(s, a))
-        q.add_argument("--size", type=parse_size, default=parse_size(suite.default_size),
-                       help=f"raw bytes of state (default {suite.default_size})")
+        q.add_argument("--size", type=size_at_least(*suite.min_size),
+                       default=parse_size(suite.default_size),
+                       help=f"raw bytes of state, at least {suite.min_size[0]} "
+                            f"(default {suite.default_size})")
         for flag_args, flag_kwargs in suite.flags:
             q.add_argument(*flag_args, **flag_kwargs)
         q.add_argument("--workdir", type=work_folder,

@@ -7,6 +7,7 @@ from snapops.formats.errors import FormatError
 from snapops.formats.registry import detect, handler, handler_for_suffix, verify_any
 
 from ._common import EXIT_VERIFY_FAILED, add_command, progress_bar, report_error, step
+from ._paths import check_output
 from .review import add_limit_options, limits_from
 
 # flag dest -> writer option; only flags given on the command line are passed, so a flag the
@@ -19,8 +20,8 @@ def add_writer_options(parser) -> None:
     g = parser.add_argument_group("writer options (--gen, --ts, --build: every format; the "
                                   "others: WTXT)")
     g.add_argument("--gen", type=int, help="generation number (default 0)")
-    g.add_argument("--ts", help="UTC time YYYY-MM-DDTHH:MM:SSZ (default: $SOURCE_DATE_EPOCH or now; "
-                   "give it for byte-identical output)")
+    g.add_argument("--ts", help="UTC time YYYY-MM-DDTHH:MM:SSZ (default: $SOURCE_DATE_EPOCH or "
+                   "now; give it for byte-identical output)")
     g.add_argument("--build", help="build/commit token (default unknown)")
     g.add_argument("--schema", help="schema token (default weights/v1)")
     g.add_argument("--host", help="host token (default cpu)")
@@ -45,6 +46,7 @@ def writer_fields(args, target) -> dict:
 
 
 def run(args) -> int:
+    check_output(args.dst, [args.src, args.hmac_key, args.sign_key])
     source = detect(args.src)
     target = handler(args.to) if args.to else handler_for_suffix(args.dst)
     options = target.options(**writer_fields(args, target))
@@ -61,9 +63,7 @@ def run(args) -> int:
         step(progress)
         try:
             snapshot = source.load(args.src, verify=checked_by_reader, limits=limits)
-        except FormatError as exc:
-            if not checked_by_reader:
-                raise
+        except FormatError as exc:       # the input fails a check of its content: exit 1
             report_error(exc)
             return EXIT_VERIFY_FAILED
         step(progress)

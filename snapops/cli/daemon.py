@@ -10,6 +10,7 @@ import time
 from snapops.config import load_config, resolve
 
 from ._common import add_command, add_group
+from ._options import generation
 
 
 def _config(args):
@@ -141,13 +142,15 @@ def register(sub) -> None:
         example="snapops daemon status --config snapops.toml --json", func=run_status)
     for q in (run, status):
         q.add_argument("--config", help="TOML config (default: built-in defaults + SNAPOPS_*)")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])
     req = add_command(
         sub, "request", help="hand a state file to the daemon as generation N",
         description="Load a state (.npz, .safetensors, any snapshot format) and request it as "
                     "generation N through the spool folder, as a training process would.",
         example="snapops request --gen 12 state.npz --config snapops.toml", func=run_request)
-    req.add_argument("state")
-    req.add_argument("--gen", type=int, required=True)
-    req.add_argument("--config")
+    req.add_argument("state", help="state file (.npz, .safetensors, any snapshot format)")
+    req.add_argument("--gen", type=generation, required=True, metavar="N",
+                     help="generation number to request the state as")
+    req.add_argument("--config", help="TOML config of the daemon (default: built-in defaults + "
+                                      "SNAPOPS_*)")

@@ -6,6 +6,7 @@ from snapops.formats import armor
 from snapops.formats.errors import KeyMaterialError
 
 from ._common import EXIT_INPUT, EXIT_OK, add_command, file_progress, report_error
+from ._paths import check_output
 from .encrypt import passphrase_from_env
 
 
@@ -29,6 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    check_output(args.output, [args.input, *args.identity])
     passphrase = passphrase_from_env(args.passphrase_env)
     if passphrase is None and not args.identity:
         raise KeyMaterialError("give --identity or --passphrase-env")

@@ -4,19 +4,45 @@ from __future__ import annotations
 
 import os
 
+from snapops.formats.errors import FormatError
 from snapops.formats.wtxt.delta import apply_delta, make_delta
 
-from ._common import add_command, add_group, file_progress, step
+from ._common import EXIT_VERIFY_FAILED, add_command, add_group, file_progress, report_error, step
+from ._paths import check_output
 
 
 def _keys(args) -> dict:
     return {"hmac_key": args.hmac_key, "trusted_keys": args.trusted_key}
 
 
+def _check_out(args, *inputs: str) -> None:
+    check_output(args.out, [*inputs, args.hmac_key, *args.trusted_key])
+
+
+# checks meaning a file or a key could not be used at all (missing, a folder, not a key):
+# input errors (exit 2), as in verify
+UNUSABLE_CHECKS = frozenset({"io", "keys"})
+
+
+def _verification_failed(exc: FormatError) -> int:
+    """Exit 1 for an input, delta or result that was read and failed a check of its content
+    (checksum, grammar, signature, limit, the delta's base_sha256_all), as convert and verify
+    do; a file or key that could not be used is re-raised (exit 2), and files that cannot be
+    paired (DeltaMismatch, not a FormatError) stay usage errors too."""
+    if exc.check in UNUSABLE_CHECKS:
+        raise exc
+    report_error(exc)
+    return EXIT_VERIFY_FAILED
+
+
 def run_make(args) -> int:
-    with file_progress(args.target, "delta make") as progress:
-        stats = make_delta(args.base, args.target, args.out, **_keys(args))
-        step(progress, os.path.getsize(args.target))
+    _check_out(args, args.base, args.target)
+    try:
+        with file_progress(args.target, "delta make") as progress:
+            stats = make_delta(args.base, args.target, args.out, **_keys(args))
+            step(progress, os.path.getsize(args.target))
+    except FormatError as exc:
+        return _verification_failed(exc)
     share = stats.delta_bytes / stats.target_bytes * 100 if stats.target_bytes else 0.0
     print(f"wrote {args.out}: {stats.chunks_changed}/{stats.chunks_total} chunks changed in "
           f"{stats.arrays_carried} arrays, {stats.delta_bytes} bytes "
@@ -25,9 +51,13 @@ def run_make(args) -> int:
 
 
 def run_apply(args) -> int:
-    with file_progress(args.base, "delta apply") as progress:
-        apply_delta(args.base, args.delta, args.out, **_keys(args))
-        step(progress, os.path.getsize(args.base))
+    _check_out(args, args.base, args.delta)
+    try:
+        with file_progress(args.base, "delta apply") as progress:
+            apply_delta(args.base, args.delta, args.out, **_keys(args))
+            step(progress, os.path.getsize(args.base))
+    except FormatError as exc:
+        return _verification_failed(exc)
     print(f"wrote {args.out} (verified)")
     return 0
 
@@ -52,9 +82,9 @@ def register(sub) -> None:
                     "blocking differ.",
         example="snapops delta make gen-000011.wtxt gen-000012.wtxt 11-to-12.wtxtdelta",
         func=run_make)
-    make.add_argument("base")
-    make.add_argument("target")
-    make.add_argument("out")
+    make.add_argument("base", help="the older finalized WTXT snapshot")
+    make.add_argument("target", help="the newer finalized WTXT snapshot")
+    make.add_argument("out", help="the delta file to write (not one of the inputs)")
     _key_flags(make)
     apply = add_command(
         dsub, "apply", help="rebuild TARGET from BASE and a delta",
@@ -63,8 +93,8 @@ def register(sub) -> None:
                     "is byte-identical to the original target.",
         example="snapops delta apply gen-000011.wtxt 11-to-12.wtxtdelta gen-000012.wtxt",
         func=run_apply)
-    apply.add_argument("base")
-    apply.add_argument("delta")
-    apply.add_argument("out")
+    apply.add_argument("base", help="the WTXT snapshot the delta was made from")
+    apply.add_argument("delta", help="the delta file")
+    apply.add_argument("out", help="the rebuilt WTXT snapshot to write (not one of the inputs)")
     _key_flags(apply)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

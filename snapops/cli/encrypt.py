@@ -8,6 +8,7 @@ from snapops.formats import armor
 from snapops.formats.errors import KeyMaterialError
 
 from ._common import EXIT_INPUT, EXIT_OK, add_command, file_progress, report_error
+from ._paths import check_output
 
 
 def register(sub) -> None:
@@ -42,6 +43,7 @@ def passphrase_from_env(var: str | None) -> str | None:
 
 
 def run(args) -> int:
+    check_output(args.output, [args.input, *args.recipients_file])
     passphrase = passphrase_from_env(args.passphrase_env)
     recipients = list(args.recipient)
     for path in args.recipients_file:

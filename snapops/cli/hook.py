@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._common import add_command
+from ._paths import check_folder
 
 HOOKS = ("pre-commit", "pre-push", "pre-receive", "pre-commit-framework")
 
@@ -10,6 +11,7 @@ HOOKS = ("pre-commit", "pre-push", "pre-receive", "pre-commit-framework")
 def run(args) -> int:
     from snapops.hooks.runner import run_hook
 
+    check_folder(args.repo)
     return run_hook(args.name, args.args, repo=args.repo)
 
 

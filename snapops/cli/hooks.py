@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ._common import EXIT_INPUT, EXIT_OK, add_command
+from ._paths import check_folder
 
 HOOK_NAMES = ("pre-commit", "pre-push", "pre-receive")
 
@@ -12,6 +13,7 @@ HOOK_NAMES = ("pre-commit", "pre-push", "pre-receive")
 def run_install(args) -> int:
     from snapops.hooks.install import SERVER_CONFIG, install_hooks
 
+    check_folder(args.repo)
     for action in install_hooks(args.repo, hooks=tuple(args.hook) or None):
         if action.name in SERVER_CONFIG:
             value, why = SERVER_CONFIG[action.name]
@@ -24,6 +26,7 @@ def run_install(args) -> int:
 def run_uninstall(args) -> int:
     from snapops.hooks.install import uninstall_hooks
 
+    check_folder(args.repo)
     for action in uninstall_hooks(args.repo, hooks=tuple(args.hook) or None):
         print(f"{action.action:<9} {action.path}")
     return EXIT_OK
@@ -44,7 +47,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_help)
     hsub = p.add_subparsers(dest="hooks_command", metavar="ACTION")
     i = add_command(
-        hsub, "install", help="install pre-commit and pre-push (and pre-receive when bare)",
+        hsub, "install", help="install pre-commit and pre-push (bare: pre-push and pre-receive)",
         description="Idempotent. An existing hook that is not ours is kept as "
                     "NAME.snapops-chained and still runs first; its failure refuses too. "
                     "The hook records the absolute path of this snapops. In a bare repository "

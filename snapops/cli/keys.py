@@ -5,9 +5,11 @@ from __future__ import annotations
 from snapops.formats.keys import generate_keys, keyid, load_public_key
 
 from ._common import add_command, add_group
+from ._paths import check_output_folder
 
 
 def run_generate(args) -> int:
+    check_output_folder(args.dir, what="keys")
     written = generate_keys(args.dir, overwrite=args.force)
     kid = keyid(load_public_key(written["signing.pub"]))
     for name, path in written.items():
@@ -27,5 +29,5 @@ def register(sub) -> None:
                     "age.key (age identity) and age.pub (age recipient). Secret files get mode "
                     "0600 and are never printed.",
         example="snapops keys generate ~/.config/snapops/keys", func=run_generate)
-    g.add_argument("dir")
+    g.add_argument("dir", help="folder for the key files (created if missing)")
     g.add_argument("--force", action="store_true", help="overwrite existing key files")

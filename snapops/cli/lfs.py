@@ -13,6 +13,8 @@ from snapops.formats.gitcmd import ref_lines
 
 from . import restore as restore_command
 from ._common import EXIT_OK, add_command, add_group
+from ._options import integer_in
+from ._paths import check_folder
 
 
 def run_manifests(git, run: str) -> dict[int, object]:
@@ -64,8 +66,9 @@ def run_prune(args) -> int:
 
     if not valid_run(args.run):
         raise ConfigError(f"--run {args.run!r}: not a run name")
-    if args.keep_last < 1 or args.keep_every < 0:
-        raise ConfigError("--keep-last must be >= 1 and --keep-every >= 0")
+    check_folder(args.repo)
+    if not args.dry_run:
+        check_folder(args.local_storage, what="LFS storage")
     git = Git(args.repo)
     manifests = run_manifests(git, args.run)
     if not manifests:
@@ -99,7 +102,8 @@ def run_prune(args) -> int:
 def register(sub) -> None:
     p = add_group(sub, "lfs", help="the LFS store of snapshot runs",
                   description="The LFS store of snapshot runs: retention and restore.",
-                  example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 --dry-run")
+                  example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 "
+                          "--local-storage /srv/lfs/org/weights --dry-run")
     lsub = p.add_subparsers(dest="lfs_command", metavar="ACTION")
     prune = add_command(
         lsub, "prune", help="retention: delete LFS objects of generations the policy drops",
@@ -108,19 +112,28 @@ def register(sub) -> None:
                     "every object a kept generation needs stays, its keyframe/residual chain "
                     "included. Other objects are deleted from the store (--local-storage: a "
                     "folder of one file per oid, <oid> or <oid[0:2]>/<oid[2:4]>/<oid>: giftless's "
-                    "local backend's <storage>/<org>/<repo>, git-lfs's object folder). Writes retention/<run>.retention into REPO (commit "
-                    "it): verify then reports those generations as pruned by retention.",
+                    "local backend's <storage>/<org>/<repo>, git-lfs's object folder). Writes "
+                    "retention/<run>.retention into REPO (commit it): verify then reports "
+                    "those generations as pruned by retention.",
         example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 --keep-every 50 "
                 "--local-storage /srv/lfs/org/weights --json",
         func=run_prune)
     prune.add_argument("repo", metavar="REPO", help="a clone (work tree) of the snapshot repo")
-    prune.add_argument("--run", required=True)
-    prune.add_argument("--keep-last", type=int, required=True)
-    prune.add_argument("--keep-every", type=int, default=0)
-    prune.add_argument("--milestone-tag", action="append", metavar="GLOB")
-    prune.add_argument("--local-storage", required=True, metavar="DIR")
-    prune.add_argument("--dry-run", action="store_true")
-    prune.add_argument("--json", action="store_true")
+    prune.add_argument("--run", required=True, help="the run whose generations are pruned")
+    prune.add_argument("--keep-last", type=integer_in(1), required=True, metavar="K",
+                       help="keep the K newest generations (at least 1)")
+    prune.add_argument("--keep-every", type=integer_in(0), default=0, metavar="N",
+                       help="also keep every generation whose number N divides (default 0: "
+                            "none)")
+    prune.add_argument("--milestone-tag", action="append", metavar="GLOB",
+                       help="also keep generations tagged so (repeatable; default "
+                            "<run>/milestone-*)")
+    prune.add_argument("--local-storage", required=True, metavar="DIR",
+                       help="the store's object folder the objects are deleted from "
+                            "(not touched with --dry-run)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="show what would be kept and pruned; delete and write nothing")
+    prune.add_argument("--json", action="store_true", help="print the summary as JSON")
     restore = add_command(
         lsub, "restore", help="alias of `snapops restore` (LFS-store runs restore there too)",
         description="The same command as `snapops restore` (same options, same code): kept "

@@ -6,6 +6,8 @@ import sys
 import time
 
 from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options, progress_bar
+from ._options import generation
+from ._paths import check_output
 
 
 def verify_fields(args) -> dict:
@@ -19,7 +21,11 @@ def run(args) -> int:
     from snapops.formats.registry import handler_for_suffix
     from snapops.restore import RestoreFailed, latest_verified, load_generation
 
-    writer = handler_for_suffix(args.output)     # a suffix no writer takes fails before reading
+    # a suffix no writer takes or an unusable output path fails before minutes of fetching
+    # and checking
+    writer = handler_for_suffix(args.output)
+    check_output(args.output, [args.repo, args.identity, args.hmac_key, args.lfs_token_file,
+                               *args.trusted_key])
     start = time.perf_counter()
     fields = verify_fields(args)
     skipped: list[tuple[int, str]] = []
@@ -78,7 +84,7 @@ def add_arguments(p) -> None:
     p.add_argument("repo", metavar="REPO_OR_URL", help="repository (work tree or bare) or URL")
     p.add_argument("--run", required=True, help="the run name")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--gen", type=int, help="generation number (its tag RUN/gen-NNNNNN)")
+    which.add_argument("--gen", type=generation, help="generation number (its tag RUN/gen-NNNNNN)")
     which.add_argument("--rev", help="a commit-ish (from a URL: a tag, a branch or a full id)")
     which.add_argument("--latest-verified", action="store_true",
                        help="the newest generation tag that verifies")

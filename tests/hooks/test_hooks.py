@@ -190,7 +190,8 @@ def test_cli_install_in_bare_repository_adds_pre_receive_and_fsck(tmp_path, env)
     bare = make_repo(tmp_path / "remote.git", env, bare=True)
     out = subprocess.run([SNAPOPS, "hooks", "install", str(bare.path)], env=env, text=True,
                          capture_output=True, check=True).stdout
-    assert [line.split()[0] for line in out.splitlines()] == ["installed"] * 3 + ["configured"] * 2
+    assert [line.split()[0] for line in out.splitlines()] == ["installed"] * 2 + ["configured"] * 2
+    assert not (bare.path / "hooks" / "pre-commit").exists()     # no commits are made there
     assert "receive.fsckObjects=true" in out and "core.looseCompression=0" in out
     assert bare.out("config", "receive.fsckObjects") == "true"
     assert bare.out("config", "core.looseCompression") == "0"
@@ -198,7 +199,7 @@ def test_cli_install_in_bare_repository_adds_pre_receive_and_fsck(tmp_path, env)
     assert 'hook pre-receive "$@" < "$input"' in script and SNAPOPS in script
     again = subprocess.run([SNAPOPS, "hooks", "install", str(bare.path)], env=env, text=True,
                            capture_output=True, check=True).stdout
-    assert [line.split()[0] for line in again.splitlines()] == ["unchanged"] * 3 + ["kept"] * 2
+    assert [line.split()[0] for line in again.splitlines()] == ["unchanged"] * 2 + ["kept"] * 2
 
 
 def test_pre_push_refuses_locally_and_pre_receive_on_the_server(repo, tmp_path, env, keydir):

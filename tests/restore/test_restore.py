@@ -162,7 +162,6 @@ def test_latest_verified_skips_a_tampered_newest_generation_and_says_why(remotes
     (["--run", RUN, "--rev=--upload-pack=touch /tmp/pwned"], "not an option"),
     (["--run", RUN, "--rev", "main:refs/heads/x"], "a ref name"),
     (["--run", RUN, "--gen", "9"], "t/gen-000009"),
-    (["--run", RUN, "--gen", "-1"], "generation number"),
     (["--run", RUN, "-o", "/nonexistent/x.bin"], "unrecognised file type"),
 ])
 def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, args, says,
@@ -172,6 +171,14 @@ def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, a
     assert main(["restore", f"file://{base}/wtxt.git", "-o", str(out), *args]) == 2
     line, = capsys.readouterr().err.splitlines()
     assert says in line and "Traceback" not in line
+    assert not out.exists()
+
+
+def test_a_negative_generation_is_a_usage_error(tmp_path, capsys):
+    out = tmp_path / "x.pt"
+    with pytest.raises(SystemExit, match="^2$"):
+        main(["restore", "file:///nowhere.git", "-o", str(out), "--run", RUN, "--gen", "-1"])
+    assert "argument --gen: expected a generation number" in capsys.readouterr().err
     assert not out.exists()
 
 
