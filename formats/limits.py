@@ -68,16 +68,17 @@ def shape_nbytes(shape: Iterable[int], itemsize: int) -> int:
     return math.prod(int(d) for d in shape) * int(itemsize)
 
 
-def check_dims(name: str | None, shape: tuple[int, ...],
+def check_dims(name: str | None, shape: tuple[int, ...], itemsize: int = 1,
                limits: DeclaredLimits = DEFAULT_LIMITS, path: str | None = None,
                line: int | None = None) -> None:
-    """Refuse a dimension longer than ``limits.max_bytes``: no array holds that many items,
-    and numpy refuses such a shape even when another dimension is 0 (an array of no bytes)."""
-    for axis, length in enumerate(shape):
-        if length > limits.max_bytes:
-            raise LimitError(path=path, line=line, array=name, check="limit",
-                             expected=f"dimensions of at most {limits.max_bytes}",
-                             got=f"{length} in dimension {axis}")
+    """Refuse a shape whose dimensions other than 0 span more than ``limits.max_bytes``
+    (times ``itemsize``): no array holds that many items, and numpy refuses such a shape even
+    when another dimension is 0, an array of no bytes (``(0, 2**62)``)."""
+    span = math.prod(int(d) for d in shape if d) * int(itemsize)
+    if span > limits.max_bytes:
+        raise LimitError(path=path, line=line, array=name, check="limit",
+                         expected=f"dimensions spanning at most {limits.max_bytes} bytes",
+                         got=f"shape {'x'.join(map(str, shape))} of {itemsize}-byte items")
 
 
 def check_shape(name: str, shape: Iterable[int], itemsize: int, *, available: int | None = None,
@@ -85,7 +86,7 @@ def check_shape(name: str, shape: Iterable[int], itemsize: int, *, available: in
     """The byte size of a declared shape, refused (before anything is allocated) when it
     exceeds ``limits.max_bytes`` or ``available``, what the file can hold for it."""
     shape = tuple(shape)
-    check_dims(name, shape, limits, path)
+    check_dims(name, shape, itemsize, limits, path)
     nbytes = shape_nbytes(shape, itemsize)
     if available is not None and nbytes > available:
         raise LimitError(path=path, array=name, check="limit",

@@ -72,10 +72,32 @@ def open_zip(path: str) -> zipfile.ZipFile:
         raise
     try:
         _refuse_encrypted(archive, path)
+        _check_directory(archive, path)
     except BaseException:
         archive.close()
         raise
     return archive
+
+
+def _check_directory(archive: zipfile.ZipFile, path: str) -> None:
+    """The central directory holds as many entries as its end record declares, each name
+    once. zipfile checks neither: one flipped bit in an entry's comment length makes it read
+    the entries after it as that comment, one in a name makes two members of one name, and
+    the archive silently loses members (arrays, snapops.json)."""
+    archive.fp.seek(0)
+    end = zipfile._EndRecData(archive.fp)     # the reader zipfile itself used (zip64 too)
+    declared = end[zipfile._ECD_ENTRIES_TOTAL] if end else None
+    entries = archive.infolist()
+    if declared != len(entries):
+        raise FormatError("zip central directory does not hold the entries its end record "
+                          "declares", path=path, check="structure",
+                          expected=f"{declared} entries", got=len(entries))
+    names: set[str] = set()
+    for info in entries:
+        if info.filename in names:
+            raise FormatError("zip member name appears twice", path=path, check="structure",
+                              expected="each name once", got=info.filename[:200])
+        names.add(info.filename)
 
 
 def first_member_name(head: bytes) -> str | None:
@@ -142,6 +164,8 @@ class NpzArrays(ArrayMapping):
         return dtype, shape
 
     def _spec(self, name: str) -> tuple[np.dtype, tuple[int, ...], int, bool]:
+        if name not in self.members:
+            raise FormatError("no such array", path=self.path, array=name)
         if name not in self._specs:
             self._specs[name] = self._parse_header(name)
         return self._specs[name]

@@ -117,7 +117,7 @@ def ref_from_mapping(mapping: Any, tag: str, line: int | None) -> NDArrayRef:
         raise FormatError("too many dimensions", line=line, expected=f"<= {S.MAX_NDIM}",
                           got=len(shape))
     dims = tuple(_uint(d, "shape entry", line) for d in shape)
-    check_dims(None, dims, line=line)
+    check_dims(None, dims, int(S.DTYPES[dtype][1]), line=line)
     offset = _uint(mapping.get("offset", 0), "offset", line)
     extra = {k: v for k, v in mapping.items() if k not in _KNOWN_KEYS}
     return NDArrayRef(source, dtype, dims, byteorder, offset, tag, line, extra)

@@ -189,13 +189,19 @@ class FinfFile(ArrayMapping):
     def names(self) -> list[str]:
         return list(self.refs)
 
+    def _ref(self, name: str) -> NDArrayRef:
+        if name not in self.refs:
+            raise FormatError("no such array", path=self.path, array=name,
+                              expected=f"one of {len(self.refs)} arrays", got=name)
+        return self.refs[name]
+
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
-        ref = self.refs[name]
+        ref = self._ref(name)
         return ref.np_dtype.newbyteorder("="), tuple(ref.shape)
 
     def array(self, name: str) -> np.ndarray:
         """Array ``name``: a read-only view on the map for raw little-endian blocks."""
-        ref = self.refs[name]
+        ref = self._ref(name)
         try:
             if ref.is_external:
                 content = self.external(ref).block_content(0, ref.offset + ref.nbytes)

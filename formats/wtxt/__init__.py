@@ -118,11 +118,17 @@ class RenamedArrays(ArrayMapping):
         self.stored = {original: stored for stored, original in names.items()}
         self.names = list(names.values())
 
+    def _stored(self, name: str) -> str:
+        if name not in self.stored:
+            raise FormatError("no such array", path=self.lazy.path, array=name,
+                              expected=f"one of {len(self.names)} arrays", got=name)
+        return self.stored[name]
+
     def array(self, name: str):
-        return self.lazy.array(self.stored[name])
+        return self.lazy.array(self._stored(name))
 
     def spec(self, name: str):
-        return self.lazy.spec(self.stored[name])
+        return self.lazy.spec(self._stored(name))
 
     def close(self) -> None:
         self.lazy.close()

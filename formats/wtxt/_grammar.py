@@ -7,6 +7,7 @@ its LF and the 1-based line number, and raises FormatError naming both on any de
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from dataclasses import dataclass
 
@@ -211,9 +212,11 @@ def parse_arr(line: bytes, no: int) -> ArrLine:
         raise LimitError(line=no, array=name_s, expected=f"at most {MAX_NDIM} dims",
                          got=shape_text.count(b",") + 1)
     shape = parse_shape(shape_text)
-    if shape and max(shape) > MAX_ARRAY_BYTES:
-        raise LimitError(line=no, array=name_s, expected=f"dimensions <= {MAX_ARRAY_BYTES}",
-                         got=max(shape))
+    span = math.prod(d for d in shape if d) * DTYPES[dtype_s].itemsize
+    if span > MAX_ARRAY_BYTES:        # numpy refuses such a shape even with a 0 in it
+        raise LimitError(line=no, array=name_s, check="limit",
+                         expected=f"dimensions spanning at most {MAX_ARRAY_BYTES} bytes",
+                         got=f"shape {shape_text.decode()}")
     size = int(np.prod(shape, dtype=object)) if shape else 1
     declared = int(nbytes)
     if declared > MAX_ARRAY_BYTES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -114,9 +115,10 @@ def prepare_arrays(snapshot: Snapshot, opts: WriteOptions) -> list[PreparedArray
                             "(f64 f32 i64 u64 i32 u32 i16 u16 i8 u8); nothing is cast silently")
         if array.nbytes > MAX_ARRAY_BYTES:
             raise DataError(f"array {original!r}: {array.nbytes} bytes exceeds the WTXT limit")
-        if array.ndim and max(array.shape) > MAX_ARRAY_BYTES:
-            raise DataError(f"array {original!r}: a dimension of {max(array.shape)} exceeds the "
-                            f"WTXT limit ({MAX_ARRAY_BYTES})")
+        span = math.prod(d for d in array.shape if d) * array.itemsize
+        if span > MAX_ARRAY_BYTES:
+            raise DataError(f"array {original!r}: shape {array.shape} spans {span} bytes, over "
+                            f"the WTXT limit ({MAX_ARRAY_BYTES})")
         contiguous = le_contiguous(array)
         raw = memoryview(contiguous.reshape(-1).view(np.uint8)) if contiguous.size else memoryview(b"")
         line = ArrLine(name, wdtype, tuple(array.shape), int(array.nbytes), ZERO64, ZERO64, "")

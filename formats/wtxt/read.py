@@ -178,8 +178,16 @@ class LazyWtxt(ArrayMapping):
             self.index.close()
             raise exc.located(self.path) from None
 
+    def _info(self, name: str) -> ArrayInfo:
+        if self.index.buffer is None:
+            raise FormatError("file is closed", path=self.path)
+        if name not in self.infos:
+            raise FormatError("no such array", path=self.path, array=name,
+                              expected=f"one of {len(self.infos)} arrays", got=name)
+        return self.infos[name]
+
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
-        line = self.infos[name].line
+        line = self._info(name).line
         return line.np_dtype, tuple(line.shape)
 
     @property
@@ -187,7 +195,7 @@ class LazyWtxt(ArrayMapping):
         return list(self.infos)
 
     def array(self, name: str) -> np.ndarray:
-        info = self.infos[name]
+        info = self._info(name)
         arr = info.line
         out = self.index.decode(name, out=new_buffer(arr.nbytes))
         try:

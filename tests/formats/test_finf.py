@@ -562,13 +562,15 @@ def test_bad_ndarray_entries(tmp_path, entry):
     _bounded(lambda: finf.load(path))
 
 
-@pytest.mark.parametrize("dim", ["99999999999999999999999", "9223372036854775808"])
-def test_an_empty_array_with_a_dimension_numpy_cannot_hold_is_a_limit_error(tmp_path, dim):
+@pytest.mark.parametrize("dims", ["99999999999999999999999", "9223372036854775808",
+                                  "68719476736, 68719476736"])
+def test_an_empty_array_with_dimensions_numpy_cannot_hold_is_a_limit_error(tmp_path, dims):
     path = tmp_path / "x.finf"
-    entry = "  w: !ndarray {source: 0, dtype: uint8, byteorder: little, shape: [0, %s]}\n" % dim
+    entry = "  w: !ndarray {source: 0, dtype: uint8, byteorder: little, shape: [0, %s]}\n" % dims
     path.write_bytes(make_file(tree_with(entry), [b"abcd"]))
-    with pytest.raises(LimitError, match=rf"x.finf:\d+: \[limit\] expected dimensions of at "
-                                         rf"most \d+, got {dim} in dimension 1"):
+    shown = "x".join(d.strip() for d in dims.split(","))
+    with pytest.raises(LimitError, match=rf"x.finf:\d+: \[limit\] expected dimensions spanning "
+                                         rf"at most \d+ bytes, got shape 0x{shown} of 1-byte"):
         finf.load(path)
     assert not finf.verify(path).ok
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,41 @@ def test_a_member_that_is_not_an_array_is_refused(tmp_path):
     assert "neither an array (.npy) nor snapops.json" in str(report.failure)
     with pytest.raises(FormatError, match=r"\[structure\] npz member that is neither"):
         snapops.load(path)
+
+
+def _flipped_directory(tmp_path, edit) -> Path:
+    """An npz (three arrays and snapops.json) whose central directory ``edit`` changed."""
+    import ml_dtypes
+
+    path = tmp_path / "d.npz"
+    snapops.save({"a": np.ones(3, np.float32), "b": np.zeros(2, ml_dtypes.bfloat16),
+                  "c": np.arange(4)}, path)
+    data = bytearray(path.read_bytes())
+    edit(data, data.find(b"PK\x01\x02"))
+    path.write_bytes(data)
+    return path
+
+
+def _comment_length_bit(data: bytearray, directory: int) -> None:
+    data[directory + 33] ^= 0x40        # the first entry's comment swallows the others
+
+
+def _second_name_made_first(data: bytearray, directory: int) -> None:
+    at = data.find(b"b.npy", directory)   # the directory's name, not the local header's
+    data[at] = ord("a")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_comment_length_bit, r"does not hold the entries its end record declares; expected 4"),
+    (_second_name_made_first, r"zip member name appears twice; expected each name once, "
+                              r"got a.npy"),
+])
+def test_a_damaged_central_directory_is_refused_not_read_short(tmp_path, edit, says):
+    """zipfile lists fewer members (or two of one name) and would hand back a snapshot
+    missing arrays and their dtypes; every reader refuses instead."""
+    path = _flipped_directory(tmp_path, edit)
+    report = snapops.verify(path)
+    assert not report.ok and report.failure.check == "structure"
+    for read in (snapops.load, snapops.inspect):
+        with pytest.raises(FormatError, match=rf"d.npz: \[structure\] .*{says}"):
+            read(path)

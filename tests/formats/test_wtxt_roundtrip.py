@@ -137,6 +137,8 @@ def test_lazy_reads_one_array_without_decoding_others(tmp_path):
         with pytest.raises(FormatError, match=r"\[parity\] array ids, chunk 0") as err:
             lazy["ids"]
     assert "ids" in str(err.value)
+    with pytest.raises(FormatError, match=r"lazy.wtxt: \[grammar\] file is closed"):
+        lazy["emb"]
 
 
 def test_torch_names_round_trip_without_flags(tmp_path):
