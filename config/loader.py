@@ -35,7 +35,11 @@ MINIMUM = {"client.max_in_flight": 1, "repo.retention": 1, "snapshot.shard_max":
 # settings naming a file that holds a secret: their values are never repeated in a message
 SECRET_FILES = {"seal.hmac_key", "seal.sign_key", "repo.lfs_token_file"}
 META_TOKENS = {"snapshot.schema", "snapshot.build", "snapshot.host", "snapshot.cuda"}
-MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000}
+MAXIMUM = {"repo.compression": 9, "daemon.nice": 19, "cluster.world_size": 1_000_000,
+           "push.jitter": 1.0}
+# settings that become a git ref or commit identity: no control characters (git would cut or
+# mangle them), no leading '-' (read as an option)
+GIT_TEXT = {"repo.branch", "repo.author_name", "repo.author_email"}
 
 
 MAX_CONFIG = 1 << 20
@@ -167,12 +171,41 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"{key}: expected >= {MINIMUM[key]}, got {value!r}")
     if key in MAXIMUM and value > MAXIMUM[key]:
         raise ConfigError(f"{key}: expected <= {MAXIMUM[key]}, got {value!r}")
+    if key in GIT_TEXT and (not value or value.startswith("-") or not value.isprintable()):
+        raise ConfigError(f"{key}: expected text not starting with '-', without control "
+                          f"characters, got {short_repr(value)}")
+    if key == "repo.branch" and not _branch_name(value):
+        raise ConfigError(f"repo.branch: expected a git branch name ([A-Za-z0-9._/-], no '..', "
+                          f"'//', leading or trailing '/' or '.lock'), got {short_repr(value)}")
+    if key == "snapshot.run":
+        from snapops.formats.generation import valid_run     # the rule restore and tags apply
+
+        if not valid_run(value):
+            raise ConfigError(f"snapshot.run: expected a run name ([A-Za-z0-9][A-Za-z0-9_.-]*, "
+                              f"no '..'; it is a folder and a tag prefix), got "
+                              f"{short_repr(value)}")
+    if key == "seal.age_recipients":
+        from snapops.formats.armor import parse_recipient
+        from snapops.formats.errors import KeyMaterialError
+
+        for i, text in enumerate(value):
+            try:
+                parse_recipient(text)
+            except KeyMaterialError as exc:
+                raise ConfigError(f"seal.age_recipients[{i}]: {exc}") from None
     if key in META_TOKENS:
         from snapops.formats.contract import META_TOKEN     # the rule every format applies
 
         if not META_TOKEN.test(value):
             raise ConfigError(f"{key}: expected {META_TOKEN.expected}, got {value[:80]!r}")
     return value
+
+
+def _branch_name(name: str) -> bool:
+    """A safe subset of ``git check-ref-format --branch``."""
+    return (re.fullmatch(r"[A-Za-z0-9._/-]+", name) is not None and ".." not in name
+            and "//" not in name and not name.startswith("/") and not name.endswith(("/", "."))
+            and not name.endswith(".lock") and "/." not in name and not name.startswith("."))
 
 
 def _fail():

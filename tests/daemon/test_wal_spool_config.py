@@ -134,6 +134,32 @@ def test_config_values_beyond_any_bound_are_one_line(tmp_path, text, why):
         load_config(path, env={})
 
 
+
+@pytest.mark.parametrize("text,why", [
+    # each was accepted, and then every generation failed or was dropped, one by one
+    ('[snapshot]\nrun = "../evil"\n', r"snapshot\.run: expected a run name"),
+    ('[seal]\nage_recipients = ["notarecipient"]\n',
+     r"seal\.age_recipients\[0\]: unsupported recipient"),
+    ('[push]\njitter = 5\n', r"push\.jitter: expected <= 1\.0, got 5\.0"),
+    ('[repo]\nbranch = "-f"\n', r"repo\.branch: expected text not starting with '-'"),
+    ('[repo]\nbranch = "a..b"\n', r"repo\.branch: expected a git branch name"),
+    ('[repo]\nauthor_name = "x\\ny"\n', r"repo\.author_name: .*without control characters"),
+])
+def test_config_values_the_daemon_would_fail_on_later_are_refused_at_load(tmp_path, text, why):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=why):
+        load_config(path, env={})
+
+
+def test_a_key_given_as_recipient_is_refused_without_echoing_it(tmp_path):
+    secret = "AGE-SECRET-KEY-1" + "Q" * 58
+    path = tmp_path / "c.toml"
+    path.write_text(f'[seal]\nage_recipients = ["{secret}"]\n')
+    with pytest.raises(ConfigError, match=r"age_recipients\[0\]: a secret key was given") as info:
+        load_config(path, env={})
+    assert secret[16:] not in str(info.value)
+
 def test_config_file_that_is_not_a_small_utf8_regular_file_is_one_line(tmp_path):
     """A FIFO would block the daemon's start, /dev/zero would be read without end, and a
     Latin-1 file raised a bare UnicodeDecodeError."""
