@@ -187,11 +187,21 @@ def printable(text: object) -> str:
     'evil\\\\x1b[2J\\\\nfake line'
     >>> printable(printable("a\\tb")) == printable("a\\tb") == "a\\\\tb"
     True
+    >>> printable(b"x\\xff.wtxt".decode("utf-8", "surrogateescape"))
+    'x\\\\xff.wtxt'
     """
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    """How :func:`printable` writes one character: a byte that was not UTF-8 (kept by
+    ``surrogateescape`` as U+DC80..U+DCFF, as git paths and file names are) as that byte."""
+    if "\udc80" <= char <= "\udcff":
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return repr(char)[1:-1]
 
 
 _KEY_MARKERS = re.compile(r"(?i:SECRET[-_ ]KEY|PRIVATE KEY|-----BEGIN)|eyJ[A-Za-z0-9_-]{16,}\.")
