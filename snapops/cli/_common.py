@@ -64,6 +64,22 @@ def add_key_options(parser) -> None:
                         help="fail unless authenticated with --hmac-key")
 
 
+def check_key_files(args) -> None:
+    """Read every key file the flags name (``add_key_options``, and ``--identity`` where a
+    command has it) before verifying anything, so a missing or malformed key is a usage error
+    (exit 2) and not a failed check of each file."""
+    from snapops.formats.keys import load_hmac_key, load_trusted_keys
+
+    if args.hmac_key:
+        load_hmac_key(args.hmac_key)
+    if args.trusted_key:
+        load_trusted_keys(args.trusted_key)
+    if getattr(args, "identity", None):
+        from snapops.formats.armor import load_identities
+
+        load_identities(args.identity)
+
+
 def parse_size(text: str) -> int:
     """argparse type for sizes: '256MiB' -> 268435456, '32M' -> 32000000 (the config's
     parser, :func:`snapops.config.sizes.parse_size`)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from ._common import EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options, progress_bar
+from ._common import (EXIT_OK, EXIT_VERIFY_FAILED, add_command, add_key_options,
+                      check_key_files, progress_bar)
 from ._options import generation
 from ._paths import check_output
 
@@ -26,6 +27,7 @@ def run(args) -> int:
     writer = handler_for_suffix(args.output)
     check_output(args.output, [args.repo, args.identity, args.hmac_key, args.lfs_token_file,
                                *args.trusted_key])
+    check_key_files(args)
     start = time.perf_counter()
     fields = verify_fields(args)
     skipped: list[tuple[int, str]] = []

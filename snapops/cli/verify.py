@@ -17,7 +17,7 @@ from snapops.formats.registry import verify_any
 from snapops.formats.report import Report
 
 from ._common import (EXIT_INPUT, EXIT_OK, EXIT_VERIFY_FAILED, add_command,
-                      add_key_options, progress_bar, step)
+                      add_key_options, check_key_files, progress_bar, step)
 from ._paths import check_folder
 
 MANIFEST_NAME = "MANIFEST"
@@ -158,21 +158,6 @@ def unreadable(report: Report) -> bool:
     """The file itself could not be read (missing, a folder, a FIFO, no permission): an
     input error, not a verification failure."""
     return report.failure is not None and report.failure.check == "io"
-
-
-def check_key_files(args) -> None:
-    """Read every key file the flags name before verifying anything, so a missing or
-    malformed key is a usage error (exit 2) and not a failed check of each file."""
-    from snapops.formats.keys import load_hmac_key, load_trusted_keys
-
-    if args.hmac_key:
-        load_hmac_key(args.hmac_key)
-    if args.trusted_key:
-        load_trusted_keys(args.trusted_key)
-    if args.identity:
-        from snapops.formats.armor import load_identities
-
-        load_identities(args.identity)
 
 
 def run(args) -> int:

@@ -174,6 +174,19 @@ def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, a
     assert not out.exists()
 
 
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--trusted-key", "nonexist/", "nonexist: public key: cannot read"),
+    ("--hmac-key", "missing.key", "missing.key: HMAC key: cannot read"),
+])
+def test_an_unusable_key_file_is_a_usage_error_before_any_fetch(tmp_path, capsys, flag, value,
+                                                                 says):
+    out = tmp_path / "x.pt"
+    assert main(["restore", "file:///nowhere.git", "-o", str(out), "--run", RUN,
+                 flag, str(tmp_path / value)]) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
 def test_a_negative_generation_is_a_usage_error(tmp_path, capsys):
     out = tmp_path / "x.pt"
     with pytest.raises(SystemExit, match="^2$"):
