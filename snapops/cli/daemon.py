@@ -9,7 +9,7 @@ import time
 
 from snapops.config import load_config, resolve
 
-from ._common import add_command, add_group
+from ._common import EXIT_INPUT, add_command, add_group, report_error
 from ._options import generation
 
 
@@ -54,10 +54,12 @@ def run_status(args) -> int:
     status["wal_corrupt_lines"] = len(reader.bad)
     if unreadable is not None:
         status["daemon_status_unreadable"] = unreadable
+    if reader.problem is not None:       # the WAL exists but cannot be read: nothing is known
+        status["wal_unreadable"] = reader.problem
     if args.json:
         json.dump(status, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
-        return 0
+        return EXIT_INPUT if reader.problem is not None else 0
     from .daemon_status import render_status
 
     try:
@@ -71,6 +73,10 @@ def run_status(args) -> int:
     if unreadable is not None:
         print(f"snapops: warning: {state_file}: not the daemon's status as this snapops writes "
               f"it ({unreadable}); shown without it", file=sys.stderr)
+    if reader.problem is not None:
+        report_error("the WAL cannot be read (above): the generations shown are unknown, "
+                     "not absent")
+        return EXIT_INPUT
     return 0
 
 

@@ -102,6 +102,17 @@ def test_status_command_without_a_daemon_and_json_form(tmp_path, capsys):
     assert data["daemon_running"] is False and data["last_pushed"] == {"origin": None}
 
 
+
+def test_a_wal_that_cannot_be_read_is_exit_2_not_an_empty_history(tmp_path, capsys):
+    (tmp_path / "spoolfile").write_text("")
+    config = tmp_path / "snapops.toml"
+    config.write_text('[daemon]\nspool_dir = "spoolfile/x"\n')
+    assert main(["daemon", "status", "--config", str(config)]) == 2
+    assert "the generations shown are unknown, not absent" in capsys.readouterr().err
+    assert main(["daemon", "status", "--config", str(config), "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert "Not a directory" in data["wal_unreadable"]
+
 @pytest.mark.parametrize("content,why", [
     ('{"pid": "x", "push": "zzz", "failures": {"a": 1}}', "AttributeError"),
     ('[1, 2]', "not a JSON object"), ("not json", "JSONDecodeError"),
