@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -50,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import git
 
@@ -64,6 +65,11 @@ from .localhistory import add_shallow, object_bytes, object_counts, repack_dropp
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
+
+log = logging.getLogger("snapops.daemon.gitops")
+T = TypeVar("T")
+# gitpython's persistent ``git cat-file`` helpers (attributes of ``git.Repo.git``)
+_HELPERS = ("cat_file_header", "cat_file_all")
 
 # The daemon's paths are literal paths, never pathspec magic.
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
@@ -242,20 +248,58 @@ class SnapshotRepo:
                 raise GitError(f"{self.path}: cannot open the repository: {err}") from err
         return self._gitpython
 
-    @contextlib.contextmanager
-    def _reading(self, what: str):
+    def _dead_helpers(self) -> list[str]:
+        """gitpython's persistent cat-file processes that have exited (killed, crashed)."""
+        if self._gitpython is None:
+            return []
+        dead = []
+        for attr in _HELPERS:
+            proc = getattr(getattr(self._gitpython.git, attr, None), "proc", None)
+            if proc is not None and proc.poll() is not None:
+                args = proc.args if isinstance(proc.args, (list, tuple)) else [str(proc.args)]
+                dead.append(f"{' '.join(map(str, args))} (pid {proc.pid}, "
+                            f"exit status {proc.returncode})")
+        return dead
+
+    def _restart_helpers(self, why: str) -> None:
+        """Drop gitpython's cat-file processes: the next read starts fresh ones."""
+        log.warning("%s: git object reader restarted: %s", self.path, why)
+        if self._gitpython is not None:
+            self._gitpython.git.clear_cache()
+
+    def _read(self, what: str, read: Callable[[git.Repo], T]) -> T:
+        """``read(repo)`` through gitpython; GitError naming ``what`` on failure. A cat-file
+        helper that exited is restarted before use; one whose pipe breaks during the read is
+        restarted and the read (idempotent) done once more."""
         with self._read_lock:  # gitpython's cat-file pipes serve one question at a time
-            try:
-                yield self._objects()
-            except (git.exc.GitError, ValueError, OSError) as err:
-                raise GitError(f"{self.path}: {what} failed: {err}") from err
+            for attempt in (1, 2):
+                repo = self._objects()
+                dead = self._dead_helpers()
+                if dead:
+                    self._restart_helpers("; ".join(dead))
+                try:
+                    return read(repo)
+                except (git.exc.GitError, ValueError, OSError) as err:
+                    dead = self._dead_helpers()
+                    if attempt == 1 and (dead or isinstance(err, (BrokenPipeError,
+                                                                  ConnectionError))):
+                        self._restart_helpers("; ".join(dead) or f"pipe broken ({err})")
+                        continue
+                    raise GitError(f"{self.path}: {what} failed: {err}") from err
+        raise AssertionError("unreachable")
+
+    def _lookup(self, repo: git.Repo, spec: str):
+        """The object ``spec`` names, or None; a helper that died is an error, not absence
+        (gitpython reports its empty answer as ValueError)."""
+        try:
+            return repo.rev_parse(spec)
+        except (git.BadName, git.BadObject, ValueError):
+            if self._dead_helpers():
+                raise BrokenPipeError(f"git cat-file ended while looking up {spec}") from None
+            return None
 
     def _commit_of(self, ref: str) -> git.Commit | None:
-        with self._reading(f"read {ref}") as repo:
-            try:
-                return repo.rev_parse(f"{ref}^{{commit}}")
-            except (git.BadName, git.BadObject, ValueError):
-                return None
+        return self._read(f"read {ref}", lambda repo: self._lookup(repo, f"{ref}^{{commit}}"))
 
     def head_commit(self) -> str | None:
         """The commit at the tip of the branch, or None before the first commit."""
@@ -270,23 +314,24 @@ class SnapshotRepo:
             repo.head_file("snapshots/run1/MANIFEST")[:18]   # b'SNAPOPS-MANIFEST 2'
         """
         rel = self._check_path(relpath)
-        commit = self._commit_of(f"refs/heads/{self.branch}")
-        if commit is None:
-            return None
-        with self._reading(f"read {rel}") as _:
+
+        def read(repo: git.Repo) -> bytes | None:
+            commit = self._lookup(repo, f"refs/heads/{self.branch}^{{commit}}")
+            if commit is None:
+                return None
             try:
                 blob = commit.tree / rel
             except KeyError:
                 return None
             return blob.data_stream.read() if blob.type == "blob" else None
 
+        return self._read(f"read {rel}", read)
+
     def tag_object(self, tag: str) -> str | None:
         """The object ``refs/tags/<tag>`` names (the annotated tag itself), or None."""
-        with self._reading(f"read tag {tag}") as repo:
-            try:
-                return repo.rev_parse(f"refs/tags/{tag}").hexsha
-            except (git.BadName, git.BadObject, ValueError):
-                return None
+        found = self._read(f"read tag {tag}",
+                           lambda repo: self._lookup(repo, f"refs/tags/{tag}"))
+        return found.hexsha if found is not None else None
 
     def tag_commit(self, tag: str) -> str | None:
         """The commit sha ``tag`` points at (through annotated tags), or None."""
@@ -294,9 +339,11 @@ class SnapshotRepo:
         return commit.hexsha if commit is not None else None
 
     def _tree_and_message(self, commit: str) -> tuple[str, str]:
-        with self._reading(f"read commit {commit}") as repo:
+        def read(repo: git.Repo) -> tuple[str, str]:
             found = repo.commit(commit)
             return found.tree.hexsha, found.message
+
+        return self._read(f"read commit {commit}", read)
 
     # -- commit ------------------------------------------------------------------------------
 
@@ -429,6 +476,12 @@ class SnapshotRepo:
                 raise GitError(f"{lock}: cannot remove a stale git lock: {err}") from err
         return removed
 
+    def _lock_candidates(self) -> list[Path]:
+        """The lock files a git killed mid-write leaves and every later write trips over."""
+        gitdir = self.git_dir
+        return [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
+                *(gitdir / "refs").rglob("*.lock")]
+
     def clear_stale_locks(self, min_age: float = 60.0) -> list[str]:
         """Remove git lock files (index, HEAD, packed-refs, refs) older than ``min_age`` s.
 
@@ -441,11 +494,44 @@ class SnapshotRepo:
             repo.clear_stale_locks(min_age=0)
             # -> ['/srv/snap/.git/index.lock']
         """
-        gitdir = self.git_dir
-        candidates = [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
-                      *(gitdir / "refs").rglob("*.lock")]
         with self._lock:
-            return self._remove_locks(candidates, older_than=time.time() - min_age)
+            return self._remove_locks(self._lock_candidates(),
+                                      older_than=time.time() - min_age)
+
+    def clear_dead_locks(self, min_age: float = 1.0) -> tuple[list[str], list[str]]:
+        """While the daemon runs, before it retries a failed commit: remove the lock files
+        (those of :meth:`clear_stale_locks`) that a git child of this process left when it
+        died mid-command; returns (removed paths, why others were kept).
+
+        The start-up sweep's rules, made safe beside live processes: no commit or cleanup of
+        this process runs meanwhile (its commit lock is held; every git of this process that
+        writes these locks runs under it or on the caller's thread), a lock is removed only if
+        it is older than ``min_age`` s and no process has it open, and none at all while a git
+        process that is not this process's own (a user's, an orphan of a killed git) works in
+        the repository: that one may hold them. Linux only (``/proc``).
+
+        Example::
+
+            repo.clear_dead_locks()
+            # -> (['/srv/snap/.git/index.lock'], [])
+        """
+        with self._lock:
+            present = [lock for lock in self._lock_candidates() if os.path.lexists(lock)]
+            if not present:
+                return [], []
+            real = {lock: os.path.join(os.path.realpath(lock.parent), lock.name)
+                    for lock in present}   # as /proc/PID/fd names them
+            users, opened = _repo_processes(self.path, set(real.values()))
+            if users:
+                return [], [f"{len(present)} lock(s) kept: {', '.join(users[:3])} "
+                            f"works in {self.path}"]
+            kept = [f"{lock}: held open by pid {','.join(map(str, opened[real[lock]]))}"
+                    for lock in present if real[lock] in opened]
+            free = [lock for lock in present if real[lock] not in opened]
+            removed = self._remove_locks(free, older_than=time.time() - min_age)
+            kept += [f"{lock}: younger than {min_age:g} s" for lock in free
+                     if str(lock) not in removed and os.path.lexists(lock)]
+            return removed, kept
 
     def _reset_index(self, parent: str | None) -> None:
         if parent is None:
@@ -677,6 +763,51 @@ class SnapshotRepo:
             if object_counts(self._run).get("packs", "0") != "0":
                 repack_dropping(self.git_dir, self._run)
             return {"before": before, "after": object_bytes(self._run)}
+
+
+def _proc_stat(pid: str) -> tuple[int, bytes] | None:
+    """(parent pid, command name) of a live process, None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    comm = stat[stat.find(b"(") + 1:stat.rfind(b")")]
+    fields = stat[stat.rfind(b")") + 2:].split()   # state ppid pgrp ...
+    if len(fields) < 2 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[1]), comm
+
+
+def _repo_processes(repo: Path, locks: set[str]) -> tuple[list[str], dict[str, list[int]]]:
+    """Live git processes working in ``repo`` (their working folder inside it) that are not
+    this process's descendants, and which process has each of ``locks`` open."""
+    with os.scandir("/proc") as entries:
+        pids = [entry.name for entry in entries if entry.name.isdigit()]
+    stats = {int(pid): st for pid in pids if (st := _proc_stat(pid)) is not None}
+    ours, grew = {os.getpid()}, True
+    while grew:   # this process and its descendants: the caller's own gits have finished
+        found = {pid for pid, (ppid, _) in stats.items() if ppid in ours} - ours
+        ours |= found
+        grew = bool(found)
+    root = os.path.realpath(repo)
+    users, opened = [], {}
+    for pid, (_, comm) in stats.items():
+        if pid not in ours and comm.startswith(b"git"):
+            with contextlib.suppress(OSError):
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                if cwd == root or cwd.startswith(root + os.sep):
+                    users.append(f"pid {pid} ({comm.decode('ascii', 'replace')})")
+        try:
+            with os.scandir(f"/proc/{pid}/fd") as fds:
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        target = os.readlink(fd.path)
+                        if target in locks:
+                            opened.setdefault(target, []).append(pid)
+        except OSError:   # gone, or another user's: its working folder showed it if a git
+            continue
+    return users, opened
 
 
 def _sweep_probes(git_dir: Path) -> None:

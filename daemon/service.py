@@ -1,8 +1,9 @@
 """The snapops daemon: WAL -> spool -> serialize/seal -> ledger -> commit -> push queue.
 
-One process per snapshot repository (a lock file enforces it). The main loop sleeps until
-something can be new (:mod:`.wakeup`): the WAL grew (watchdog), the push queue changed, a
-retry or a cleanup is due, or the long safety interval ``poll_interval`` passed. It then folds
+One process per state folder and per spool folder (a ``daemon.lock`` in each enforces it).
+The main loop sleeps until something can be new (:mod:`.wakeup`): the WAL grew (watchdog), the
+push queue changed, a retry or a cleanup is due, or the long safety interval ``poll_interval``
+passed. It then folds
 new WAL records through the lifecycle table and advances every generation it can, in gen
 order; a wake-up with nothing new runs no git, reads no WAL and writes no status. Every step
 it finishes is a WAL record, so a restart (after SIGKILL, power loss, ...) resumes exactly:
@@ -59,10 +60,12 @@ MAX_FAILURES = 20
 UNFINISHED = (REQ, SPOOLED, SERIALIZED)
 STATUS_EVERY = 1.0      # seconds between status.json rewrites while a push reports progress
 MAINTENANCE_RETRY = 60.0  # seconds before a cleanup skipped for a running push is tried again
+LOCK_NAME = "daemon.lock"  # in the state folder and in the spool folder: one daemon each
+DEAD_LOCK_AGE = 1.0       # seconds a git lock must exist before a retry may remove it
 
 
 class DaemonLocked(SnapopsError):
-    """Another daemon already serves this state folder."""
+    """Another daemon already serves this state folder or this spool folder."""
 
 
 class Daemon:
@@ -94,6 +97,7 @@ class Daemon:
         self.waiting_since: dict[tuple[int, str], float] = {}  # (gen, rank) in REQ -> seen at
         self.unspooled: list[dict] = []            # those requests, for the status
         self.cleaned: list[str] = []               # leftover temp files removed at start
+        self._sweep_locks = False   # a serialize/commit step failed: sweep dead git locks first
         self.started = clock()
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -110,6 +114,11 @@ class Daemon:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)  # status and queue name remotes: private
         lock = self._lock()
+        try:
+            spool_lock = self._lock_spool(lock)
+        except BaseException:
+            os.close(lock)
+            raise
         self.wal = Wal(self.spool_dir / WAL_NAME, writer=DAEMON_WRITER)
         self.reader = WalReader(self.spool_dir / WAL_NAME)
         self._remove_leftovers()
@@ -155,6 +164,8 @@ class Daemon:
             self._sync_state()
             self.write_status()
             self.wal.close()
+            if spool_lock is not None:
+                os.close(spool_lock)
             os.close(lock)
             self.wake.close()
         return 0
@@ -264,16 +275,50 @@ class Daemon:
             self.wakeups += 1
 
     def _lock(self) -> int:
-        fd = os.open(self.state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                     0o600)
+        """The state folder's lock: one daemon per state folder."""
+        fd = self._open_lock(self.state_dir)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise DaemonLocked(f"another snapops daemon holds {self.state_dir}/daemon.lock")
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+            raise DaemonLocked(f"another snapops daemon holds {self.state_dir}/{LOCK_NAME}")
+        self._write_pid(fd)
         return fd
+
+    def _lock_spool(self, state_lock: int) -> int | None:
+        """The spool folder's lock: one daemon per spool, whatever its state folder and
+        repository (two would both commit each generation and fight over the shared WAL).
+        None when the spool folder is the state folder: its lock is held already."""
+        fd = self._open_lock(self.spool_dir)
+        mine, theirs = os.fstat(state_lock), os.fstat(fd)
+        if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
+            os.close(fd)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DaemonLocked(f"another snapops daemon serves the spool {self.spool_dir} "
+                               f"(it holds {self.spool_dir}/{LOCK_NAME})")
+        self._write_pid(fd)
+        return fd
+
+    @staticmethod
+    def _open_lock(folder) -> int:
+        path = folder / LOCK_NAME
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise DaemonLocked(f"cannot open the daemon lock {path}: "
+                               f"{exc.strerror or exc}") from exc
+
+    @staticmethod
+    def _write_pid(fd: int) -> None:
+        try:  # for humans only: a full disk must not fail the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
 
     def _watch(self):
         """Ring when the WAL changes; the daemon's own reads and other files never ring."""
@@ -351,6 +396,8 @@ class Daemon:
             opened = open_local_parts(self.spool_dir, record, self.cluster)
         except FormatError as exc:
             return self._drop(gen, "bad_spool", exc)
+        if self._sweep_locks:
+            self._clear_dead_locks()
         started = time.perf_counter()
         try:
             done = self._commit(gen, opened) if self.cluster.committer else \
@@ -360,10 +407,12 @@ class Daemon:
         except DataError as exc:
             return self._drop(gen, "unserializable", exc)
         except (OSError, GitError) as exc:  # disk, permissions, git: not this gen's fault
+            self._sweep_locks = True
             return self._fail(gen, "serialize/commit", exc, counted=False)
         except Exception as exc:  # format or ledger refusals, anything the data provoked
             if not isinstance(exc, FormatError):
                 log.exception("gen %d: unexpected error", gen)
+            self._sweep_locks = True
             return self._fail(gen, "serialize/commit", exc, counted=True)
         finally:
             opened.close()
@@ -376,6 +425,23 @@ class Daemon:
         else:
             log.info("gen %d: part %s pushed to %s", gen, done[0][:12], done[1])
         return True
+
+    def _clear_dead_locks(self) -> None:
+        """Before retrying a failed serialize/commit step: remove the git lock files a git
+        child of this daemon left when it died mid-command (killed, SIGXFSZ, ...); git would
+        refuse every retry otherwise. Never one a live git process may hold (see
+        :meth:`SnapshotRepo.clear_dead_locks`)."""
+        self._sweep_locks = False
+        try:
+            removed, kept = self.repo.clear_dead_locks(min_age=DEAD_LOCK_AGE)
+        except (GitError, OSError) as exc:
+            log.error("cannot clear git lock files before the retry: %s", exc)
+            return
+        if removed:
+            log.warning("removed %d git lock file(s) left by a git that is no longer running: "
+                        "%s", len(removed), ", ".join(removed))
+        if kept:
+            log.warning("git lock file(s) kept before the retry: %s", "; ".join(kept))
 
     def _commit(self, gen: int, opened: OpenedParts) -> tuple[str, str]:
         tag = f"{self.config.snapshot.run}/gen-{gen:06d}"
