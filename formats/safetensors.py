@@ -18,7 +18,6 @@ The format has no integrity data: ``verify`` checks structure only, and says so.
 from __future__ import annotations
 
 import json
-import math
 import mmap
 import os
 import struct
@@ -32,6 +31,7 @@ from .contract import Capabilities, SnapshotFormat, VerifyOptions, WriteResult
 from .dtypes import dtype_name
 from .errors import DataError, FormatError, LimitError, TruncatedError
 from .iosafe import open_input
+from .limits import check_shape
 from .model import ArrayMapping, Snapshot, close_map, raw_bytes
 from .report import Report
 
@@ -85,10 +85,11 @@ def _entry(name: str, value: Any, path: str) -> tuple[np.dtype, tuple[int, ...],
                           expected="{dtype: one of " + " ".join(DTYPES) + ", shape: [int...], "
                           "data_offsets: [begin, end]}", got=str(value)[:120])
     dtype, (begin, end) = DTYPES[value["dtype"]], value["data_offsets"]
-    if end - begin != math.prod(value["shape"]) * dtype.itemsize:
+    # numpy cannot hold some shapes of no bytes ((0, 2**62)): refused as any too large one
+    nbytes = check_shape(name, value["shape"], dtype.itemsize, path=path)
+    if end - begin != nbytes:
         raise FormatError("data_offsets disagree with dtype and shape", path=path, array=name,
-                          expected=f"{math.prod(value['shape']) * dtype.itemsize} bytes",
-                          got=f"{end - begin} bytes")
+                          expected=f"{nbytes} bytes", got=f"{end - begin} bytes")
     return dtype, tuple(value["shape"]), begin, end
 
 
@@ -125,14 +126,18 @@ class SafetensorsFile(ArrayMapping):
             raise
         self.names = sorted(self.entries)
 
+    def _entry(self, name: str) -> tuple[np.dtype, tuple[int, ...], int, int]:
+        if name not in self.entries:
+            raise FormatError("no such array", path=self.path, array=name,
+                              expected="one of " + ", ".join(self.names[:8]), got=name)
+        return self.entries[name]
+
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
-        dtype, shape, _, _ = self.entries[name]
+        dtype, shape, _, _ = self._entry(name)
         return dtype, shape
 
     def array(self, name: str) -> np.ndarray:
-        if name not in self.entries:
-            raise FormatError("no such tensor", path=self.path, array=name)
-        dtype, shape, begin, end = self.entries[name]
+        dtype, shape, begin, end = self._entry(name)
         if begin == end:
             return np.zeros(shape, dtype)
         out = np.frombuffer(self._mm, dtype, (end - begin) // dtype.itemsize,

@@ -50,14 +50,18 @@ def tensor_to_numpy(tensor: Any, name: str = "?") -> np.ndarray:
     except (RuntimeError, NotImplementedError) as exc:   # meta tensors, lost devices
         raise DataError(f"array {name!r}: cannot copy the tensor to the CPU: {exc}") from exc
     kind = str(plain.dtype).removeprefix("torch.")
-    if kind in _VIEWED:
-        carrier, logical = _VIEWED[kind]
-        return plain.view(getattr(torch, carrier)).numpy().view(logical)
     try:
+        if kind in _VIEWED:
+            carrier, logical = _VIEWED[kind]
+            return plain.view(getattr(torch, carrier)).numpy().view(logical)
         return plain.numpy()
     except (TypeError, RuntimeError) as exc:
         raise DataError(f"array {name!r}: torch dtype {kind} has no exact numpy dtype "
                         "(nothing is converted silently)") from exc
+    except ValueError as exc:   # numpy's own bound: dimensions past intp, even when one is 0
+        shape = "x".join(str(d) for d in plain.shape)
+        raise DataError(f"array {name!r}: shape {shape} is one numpy cannot hold "
+                        f"({exc})") from exc
 
 
 def numpy_to_tensor(array: np.ndarray) -> Any:

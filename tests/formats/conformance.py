@@ -34,7 +34,7 @@ import pytest
 
 from snapops.formats.contract import SnapshotFormat, render_inspect
 from snapops.formats.dtypes import DTYPES, dtype_name, unsigned_for
-from snapops.formats.errors import DataError, SignatureError, SnapopsError
+from snapops.formats.errors import DataError, FormatError, SignatureError, SnapopsError
 from snapops.formats.registry import detect, handler
 from snapops.formats.report import Report
 
@@ -341,6 +341,14 @@ class FormatConformance:
                 dtype, shape = lazy.spec(key)
                 assert (dtype, shape) == (snap[key].dtype, snap[key].shape)
                 assert same_bits(lazy[key], snap[key])
+
+    def test_open_lazy_names_a_missing_array_in_a_typed_error(self, tmp_path):
+        path = self.save_probe(tmp_path)
+        with self.fmt.open_lazy(path) as lazy:
+            for ask in (lambda: lazy["no.such"], lambda: lazy.spec("no.such")):
+                with pytest.raises(FormatError, match=r"no such (array|tensor)") as info:
+                    ask()
+                assert info.value.array == "no.such"
 
     def test_inspect_table_is_the_same_for_every_format(self, tmp_path):
         path = self.save_probe(tmp_path)
