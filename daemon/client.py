@@ -7,6 +7,12 @@ thread: with ``policy="coalesce"`` a newer request replaces the newest waiting o
 as DROPPED ... reason=coalesced), with ``policy="block"`` ``request`` waits for room.
 A failure to spool one generation (disk full) costs that generation only.
 
+A script that ends without ``close()`` (a normal end, an uncaught exception, ``sys.exit``) still
+spools what it handed over: the spool thread is a daemon thread and an ``atexit`` hook closes
+every live Snapshotter of the process, waiting at most ``EXIT_TIMEOUT`` seconds in all. What it
+then gives up on (a hanging disk) stays in REQ and is retired by the daemon (``abandoned``, or
+SPOOLED if its spool file is complete); problems are one line on stderr, never a traceback.
+
 Multi-rank training: each rank has its own Snapshotter (``rank=``, ``world_size=``, or taken
 from ``torch.distributed`` when it is initialised) on its machine's spool, and requests its part
 of each generation: whole arrays it owns, and :class:`Shard` s (its box of a global array). The
@@ -15,14 +21,17 @@ daemon commits a generation once every rank's part is spooled.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import logging
 import math
 import numbers
 import os
+import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -47,6 +56,7 @@ WAL_NAME = "wal.log"
 MAX_WORLD = MAX_RANK + 1      # writer ids are at most 6 digits
 MAX_TIME = 253402300799       # 9999-12-31T23:59:59Z: the last time a spool's meta.ts can say
 NICE = (-20, 19)              # setpriority's range
+EXIT_TIMEOUT = 60.0           # seconds the exit hook waits for unclosed Snapshotters, in all
 
 
 class SpoolFailed(SnapopsError):
@@ -321,8 +331,12 @@ class Snapshotter:
         self._current: Pinned | None = None  # the generation it is writing
         self._lost: list[int] = []     # the generations it held then
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="snapops-spool")
+        self._pid = os.getpid()  # a forked child inherits this object but not its thread
+        # a daemon thread: Python joins non-daemon threads before atexit hooks run, so one
+        # would wait forever for a close() that never comes; _close_live_at_exit closes instead
+        self._thread = threading.Thread(target=self._run, name="snapops-spool", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def request(self, state: Any, gen: int) -> None:
         """Pin ``state`` as generation ``gen`` (> every earlier gen) and return."""
@@ -494,6 +508,7 @@ class Snapshotter:
     def close(self, timeout: float | None = None) -> None:
         """Spool everything still pinned, then stop the spool thread (raises like flush)."""
         timeout = _timeout(timeout)
+        _LIVE.discard(self)
         try:
             self.flush(timeout)
         finally:
@@ -509,8 +524,60 @@ class Snapshotter:
             self.wal.close()
             self._writer_lock.release()
 
+    def _close_at_exit(self, timeout: float) -> str | None:
+        """close() for the exit hook: spool what is pinned within ``timeout`` seconds, else give
+        up on it (the daemon retires it); release the lock. Returns a problem, never raises."""
+        with self._cond:
+            if self._closed:
+                return None
+        problem = None
+        try:
+            done = self.flush(timeout)
+        except SnapopsError as exc:  # SpoolFailed, SpoolThreadDied: the spool thread is idle
+            problem, done = str(exc), True
+        if not done:
+            with self._cond:  # never start the queued ones; the one being written may finish
+                left = ([self._current.gen] if self._current else []) + \
+                    [item.gen for item in self._pending]
+                for item in self._pending:
+                    self.pool.give(item.arrays)
+                self._pending.clear()
+            problem = (f"gave up waiting for the spool thread (EXIT_TIMEOUT {EXIT_TIMEOUT:g} s):"
+                       f" generations {left} not spooled, the daemon retires them (abandoned)")
+        try:
+            self.close(timeout if done else 0.0)
+        except SnapopsError as exc:
+            problem = problem or str(exc)
+        return problem
+
     def __enter__(self) -> "Snapshotter":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_LIVE: "weakref.WeakSet[Snapshotter]" = weakref.WeakSet()  # not closed yet
+
+
+def _close_live_at_exit() -> None:
+    """At interpreter exit: close every Snapshotter this process did not close, within
+    EXIT_TIMEOUT seconds in all; one stderr line per problem, never a traceback."""
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    for snap in list(_LIVE):
+        try:
+            if snap._pid != os.getpid():  # inherited through fork: the parent owns it
+                continue
+            problem = snap._close_at_exit(max(0.0, deadline - time.monotonic()))
+        except BaseException as exc:  # Ctrl-C during the wait, a bug: still no traceback
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            try:
+                line = redact_url(f"snapops: at exit, spool {snap.spool_dir}: {problem}")
+                sys.stderr.write(line.replace("\n", " ") + "\n")
+                sys.stderr.flush()
+            except Exception:
+                pass
+
+
+atexit.register(_close_live_at_exit)
