@@ -51,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 import git
 
@@ -62,14 +62,14 @@ from .shardpack import (
     CONVERSIONS, MIN_SIZE, Candidate, ShardPack, converted, tip_blobs, write_shard_pack,
 )
 from .localhistory import add_shallow, object_bytes, object_counts, repack_dropping, shallow
+from .objectreader import ObjectReader
+from .gitlocks import lock_candidates, remove_dead_locks, remove_locks
 from .redact import redact_url  # re-exported: the one redaction rule for every URL
 
 __all__ = ["RemoteRefs", "SnapshotRepo", "redact_url", "resolve_url"]
 
 log = logging.getLogger("snapops.daemon.gitops")
-T = TypeVar("T")
 # gitpython's persistent ``git cat-file`` helpers (attributes of ``git.Repo.git``)
-_HELPERS = ("cat_file_header", "cat_file_all")
 
 # The daemon's paths are literal paths, never pathspec magic.
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
@@ -121,8 +121,7 @@ class SnapshotRepo:
         self._pushes = 0                        # pushes running
         self._maintaining = False
         self._activity = threading.Condition()  # guards the two fields above
-        self._gitpython: git.Repo | None = None
-        self._read_lock = threading.Lock()
+        self._objects = ObjectReader(self.path)
         self._check_ref(f"refs/heads/{branch}", "branch")
         self.git_dir = self._open_or_init()
         self._set_identity(author_name, author_email)
@@ -178,10 +177,7 @@ class SnapshotRepo:
 
     def close(self) -> None:
         """End gitpython's persistent cat-file processes."""
-        with self._read_lock:
-            if self._gitpython is not None:
-                self._gitpython.close()
-                self._gitpython = None
+        self._objects.close()
 
     def __enter__(self) -> "SnapshotRepo":
         return self
@@ -239,67 +235,9 @@ class SnapshotRepo:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _objects(self) -> git.Repo:
-        """gitpython's view of the repository (opened once; its cat-file process persists)."""
-        if self._gitpython is None:
-            try:
-                self._gitpython = git.Repo(self.path)
-            except (git.exc.GitError, OSError) as err:
-                raise GitError(f"{self.path}: cannot open the repository: {err}") from err
-        return self._gitpython
-
-    def _dead_helpers(self) -> list[str]:
-        """gitpython's persistent cat-file processes that have exited (killed, crashed)."""
-        if self._gitpython is None:
-            return []
-        dead = []
-        for attr in _HELPERS:
-            proc = getattr(getattr(self._gitpython.git, attr, None), "proc", None)
-            if proc is not None and proc.poll() is not None:
-                args = proc.args if isinstance(proc.args, (list, tuple)) else [str(proc.args)]
-                dead.append(f"{' '.join(map(str, args))} (pid {proc.pid}, "
-                            f"exit status {proc.returncode})")
-        return dead
-
-    def _restart_helpers(self, why: str) -> None:
-        """Drop gitpython's cat-file processes: the next read starts fresh ones."""
-        log.warning("%s: git object reader restarted: %s", self.path, why)
-        if self._gitpython is not None:
-            self._gitpython.git.clear_cache()
-
-    def _read(self, what: str, read: Callable[[git.Repo], T]) -> T:
-        """``read(repo)`` through gitpython; GitError naming ``what`` on failure. A cat-file
-        helper that exited is restarted before use; one whose pipe breaks during the read is
-        restarted and the read (idempotent) done once more."""
-        with self._read_lock:  # gitpython's cat-file pipes serve one question at a time
-            for attempt in (1, 2):
-                repo = self._objects()
-                dead = self._dead_helpers()
-                if dead:
-                    self._restart_helpers("; ".join(dead))
-                try:
-                    return read(repo)
-                except (git.exc.GitError, ValueError, OSError) as err:
-                    dead = self._dead_helpers()
-                    if attempt == 1 and (dead or isinstance(err, (BrokenPipeError,
-                                                                  ConnectionError))):
-                        self._restart_helpers("; ".join(dead) or f"pipe broken ({err})")
-                        continue
-                    raise GitError(f"{self.path}: {what} failed: {err}") from err
-        raise AssertionError("unreachable")
-
-    def _lookup(self, repo: git.Repo, spec: str):
-        """The object ``spec`` names, or None; a helper that died is an error, not absence
-        (gitpython reports its empty answer as ValueError)."""
-        try:
-            return repo.rev_parse(spec)
-        except (git.BadName, git.BadObject, ValueError):
-            if self._dead_helpers():
-                raise BrokenPipeError(f"git cat-file ended while looking up {spec}") from None
-            return None
-
     def _commit_of(self, ref: str) -> git.Commit | None:
-        return self._read(f"read {ref}", lambda repo: self._lookup(repo, f"{ref}^{{commit}}"))
+        return self._objects.read(f"read {ref}",
+                                  lambda repo: self._objects.lookup(repo, f"{ref}^{{commit}}"))
 
     def head_commit(self) -> str | None:
         """The commit at the tip of the branch, or None before the first commit."""
@@ -316,7 +254,7 @@ class SnapshotRepo:
         rel = self._check_path(relpath)
 
         def read(repo: git.Repo) -> bytes | None:
-            commit = self._lookup(repo, f"refs/heads/{self.branch}^{{commit}}")
+            commit = self._objects.lookup(repo, f"refs/heads/{self.branch}^{{commit}}")
             if commit is None:
                 return None
             try:
@@ -325,12 +263,12 @@ class SnapshotRepo:
                 return None
             return blob.data_stream.read() if blob.type == "blob" else None
 
-        return self._read(f"read {rel}", read)
+        return self._objects.read(f"read {rel}", read)
 
     def tag_object(self, tag: str) -> str | None:
         """The object ``refs/tags/<tag>`` names (the annotated tag itself), or None."""
-        found = self._read(f"read tag {tag}",
-                           lambda repo: self._lookup(repo, f"refs/tags/{tag}"))
+        found = self._objects.read(f"read tag {tag}",
+                           lambda repo: self._objects.lookup(repo, f"refs/tags/{tag}"))
         return found.hexsha if found is not None else None
 
     def tag_commit(self, tag: str) -> str | None:
@@ -343,7 +281,7 @@ class SnapshotRepo:
             found = repo.commit(commit)
             return found.tree.hexsha, found.message
 
-        return self._read(f"read commit {commit}", read)
+        return self._objects.read(f"read commit {commit}", read)
 
     # -- commit ------------------------------------------------------------------------------
 
@@ -384,7 +322,7 @@ class SnapshotRepo:
                 if isinstance(err.__cause__, GitExit) and err.__cause__.killed:
                     # Our git died holding its lock files; left there, they would fail every
                     # later commit. Only locks created during this attempt are removed.
-                    self._remove_locks(self._our_locks(tag), newer_than=started - 1.0)
+                    remove_locks(self._our_locks(tag), newer_than=started - 1.0)
                 self._restore_index(parent)
                 raise
 
@@ -460,28 +398,6 @@ class SnapshotRepo:
                 gitdir / "refs" / "heads" / f"{self.branch}.lock",
                 gitdir / "refs" / "tags" / f"{tag}.lock"]
 
-    @staticmethod
-    def _remove_locks(paths: Iterable[Path], *, newer_than: float = float("-inf"),
-                      older_than: float = float("inf")) -> list[str]:
-        removed = []
-        for lock in paths:
-            try:
-                mtime = lock.stat().st_mtime
-                if newer_than <= mtime <= older_than:
-                    lock.unlink()
-                    removed.append(str(lock))
-            except FileNotFoundError:
-                continue
-            except OSError as err:
-                raise GitError(f"{lock}: cannot remove a stale git lock: {err}") from err
-        return removed
-
-    def _lock_candidates(self) -> list[Path]:
-        """The lock files a git killed mid-write leaves and every later write trips over."""
-        gitdir = self.git_dir
-        return [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock",
-                *(gitdir / "refs").rglob("*.lock")]
-
     def clear_stale_locks(self, min_age: float = 60.0) -> list[str]:
         """Remove git lock files (index, HEAD, packed-refs, refs) older than ``min_age`` s.
 
@@ -495,8 +411,8 @@ class SnapshotRepo:
             # -> ['/srv/snap/.git/index.lock']
         """
         with self._lock:
-            return self._remove_locks(self._lock_candidates(),
-                                      older_than=time.time() - min_age)
+            return remove_locks(lock_candidates(self.git_dir),
+                                older_than=time.time() - min_age)
 
     def clear_dead_locks(self, min_age: float = 1.0) -> tuple[list[str], list[str]]:
         """While the daemon runs, before it retries a failed commit: remove the lock files
@@ -516,22 +432,7 @@ class SnapshotRepo:
             # -> (['/srv/snap/.git/index.lock'], [])
         """
         with self._lock:
-            present = [lock for lock in self._lock_candidates() if os.path.lexists(lock)]
-            if not present:
-                return [], []
-            real = {lock: os.path.join(os.path.realpath(lock.parent), lock.name)
-                    for lock in present}   # as /proc/PID/fd names them
-            users, opened = _repo_processes(self.path, set(real.values()))
-            if users:
-                return [], [f"{len(present)} lock(s) kept: {', '.join(users[:3])} "
-                            f"works in {self.path}"]
-            kept = [f"{lock}: held open by pid {','.join(map(str, opened[real[lock]]))}"
-                    for lock in present if real[lock] in opened]
-            free = [lock for lock in present if real[lock] not in opened]
-            removed = self._remove_locks(free, older_than=time.time() - min_age)
-            kept += [f"{lock}: younger than {min_age:g} s" for lock in free
-                     if str(lock) not in removed and os.path.lexists(lock)]
-            return removed, kept
+            return remove_dead_locks(self.path, self.git_dir, min_age)
 
     def _reset_index(self, parent: str | None) -> None:
         if parent is None:
@@ -763,51 +664,6 @@ class SnapshotRepo:
             if object_counts(self._run).get("packs", "0") != "0":
                 repack_dropping(self.git_dir, self._run)
             return {"before": before, "after": object_bytes(self._run)}
-
-
-def _proc_stat(pid: str) -> tuple[int, bytes] | None:
-    """(parent pid, command name) of a live process, None if gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    comm = stat[stat.find(b"(") + 1:stat.rfind(b")")]
-    fields = stat[stat.rfind(b")") + 2:].split()   # state ppid pgrp ...
-    if len(fields) < 2 or fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[1]), comm
-
-
-def _repo_processes(repo: Path, locks: set[str]) -> tuple[list[str], dict[str, list[int]]]:
-    """Live git processes working in ``repo`` (their working folder inside it) that are not
-    this process's descendants, and which process has each of ``locks`` open."""
-    with os.scandir("/proc") as entries:
-        pids = [entry.name for entry in entries if entry.name.isdigit()]
-    stats = {int(pid): st for pid in pids if (st := _proc_stat(pid)) is not None}
-    ours, grew = {os.getpid()}, True
-    while grew:   # this process and its descendants: the caller's own gits have finished
-        found = {pid for pid, (ppid, _) in stats.items() if ppid in ours} - ours
-        ours |= found
-        grew = bool(found)
-    root = os.path.realpath(repo)
-    users, opened = [], {}
-    for pid, (_, comm) in stats.items():
-        if pid not in ours and comm.startswith(b"git"):
-            with contextlib.suppress(OSError):
-                cwd = os.readlink(f"/proc/{pid}/cwd")
-                if cwd == root or cwd.startswith(root + os.sep):
-                    users.append(f"pid {pid} ({comm.decode('ascii', 'replace')})")
-        try:
-            with os.scandir(f"/proc/{pid}/fd") as fds:
-                for fd in fds:
-                    with contextlib.suppress(OSError):
-                        target = os.readlink(fd.path)
-                        if target in locks:
-                            opened.setdefault(target, []).append(pid)
-        except OSError:   # gone, or another user's: its working folder showed it if a git
-            continue
-    return users, opened
 
 
 def _sweep_probes(git_dir: Path) -> None:

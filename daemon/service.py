@@ -19,7 +19,6 @@ committer takes the other nodes' parts in and assembles them (:mod:`snapops.daem
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ import time
 from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes, remove_leftover_temps
-from snapops.formats.errors import DataError, FormatError, GitError, SnapopsError
+from snapops.formats.errors import DataError, FormatError, GitError
 from snapops.formats.generation.manifest import gen_text, parse_manifest
 from snapops.formats.generation.plan import LayoutError
 from snapops.formats.generation.source import FolderSource
@@ -39,6 +38,7 @@ from snapops.formats.gitcmd import children
 
 from .client import WAL_NAME
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
+from .daemonlock import lock_folders, release
 from .maintenance import maintain
 from .priority import lower_priority
 from .redact import redact_data, redact_url
@@ -60,12 +60,7 @@ MAX_FAILURES = 20
 UNFINISHED = (REQ, SPOOLED, SERIALIZED)
 STATUS_EVERY = 1.0      # seconds between status.json rewrites while a push reports progress
 MAINTENANCE_RETRY = 60.0  # seconds before a cleanup skipped for a running push is tried again
-LOCK_NAME = "daemon.lock"  # in the state folder and in the spool folder: one daemon each
 DEAD_LOCK_AGE = 1.0       # seconds a git lock must exist before a retry may remove it
-
-
-class DaemonLocked(SnapopsError):
-    """Another daemon already serves this state folder or this spool folder."""
 
 
 class Daemon:
@@ -113,12 +108,7 @@ class Daemon:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)  # status and queue name remotes: private
-        lock = self._lock()
-        try:
-            spool_lock = self._lock_spool(lock)
-        except BaseException:
-            os.close(lock)
-            raise
+        locks = lock_folders(self.state_dir, self.spool_dir)
         self.wal = Wal(self.spool_dir / WAL_NAME, writer=DAEMON_WRITER)
         self.reader = WalReader(self.spool_dir / WAL_NAME)
         self._remove_leftovers()
@@ -164,9 +154,7 @@ class Daemon:
             self._sync_state()
             self.write_status()
             self.wal.close()
-            if spool_lock is not None:
-                os.close(spool_lock)
-            os.close(lock)
+            release(locks)
             self.wake.close()
         return 0
 
@@ -273,52 +261,6 @@ class Daemon:
         if not self.stopping():
             self.wake.wait(seconds)
             self.wakeups += 1
-
-    def _lock(self) -> int:
-        """The state folder's lock: one daemon per state folder."""
-        fd = self._open_lock(self.state_dir)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DaemonLocked(f"another snapops daemon holds {self.state_dir}/{LOCK_NAME}")
-        self._write_pid(fd)
-        return fd
-
-    def _lock_spool(self, state_lock: int) -> int | None:
-        """The spool folder's lock: one daemon per spool, whatever its state folder and
-        repository (two would both commit each generation and fight over the shared WAL).
-        None when the spool folder is the state folder: its lock is held already."""
-        fd = self._open_lock(self.spool_dir)
-        mine, theirs = os.fstat(state_lock), os.fstat(fd)
-        if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
-            os.close(fd)
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DaemonLocked(f"another snapops daemon serves the spool {self.spool_dir} "
-                               f"(it holds {self.spool_dir}/{LOCK_NAME})")
-        self._write_pid(fd)
-        return fd
-
-    @staticmethod
-    def _open_lock(folder) -> int:
-        path = folder / LOCK_NAME
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise DaemonLocked(f"cannot open the daemon lock {path}: "
-                               f"{exc.strerror or exc}") from exc
-
-    @staticmethod
-    def _write_pid(fd: int) -> None:
-        try:  # for humans only: a full disk must not fail the lock
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
 
     def _watch(self):
         """Ring when the WAL changes; the daemon's own reads and other files never ring."""
