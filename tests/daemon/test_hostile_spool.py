@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from snapops.daemon.lifecycle import DROPPED
 from snapops.daemon.spool import spool_name, write_spool
 from snapops.daemon.wal import WalReader
@@ -51,20 +49,33 @@ def _drops_of(env: DaemonEnv, gen: int) -> int:
                if r.event == DROPPED and r.gen == gen)
 
 
-@pytest.mark.parametrize("case", sorted(HEADER_CASES))
-def test_hostile_header_is_dropped_and_survives_a_restart(tmp_path, case):
-    header, named = HEADER_CASES[case]
+def test_hostile_headers_are_dropped_and_survive_a_restart(tmp_path):
+    """Every hostile header at once, there before the daemon starts (the crash-loop case):
+    each is dropped naming what is wrong, the next valid generation is pushed, and a restart
+    on the same state does not trip over them again."""
+    cases = sorted(HEADER_CASES)
     env = _env(tmp_path)
-    inject(env, 1, spool_bytes(header))  # there before the daemon starts: the crash-loop case
-    _pushed_past_bad_gen_1(env, "bad_spool", named)
+    for gen, case in enumerate(cases, 1):
+        inject(env, gen, spool_bytes(HEADER_CASES[case][0]))
+    good = len(cases) + 1
     try:
-        env.start()  # the same state again: comes up, does not trip over gen 1 again
-        request_pushed(env, 3)
+        env.start()
+        request_pushed(env, good)
+        status = cli_status(env)
+        for gen, case in enumerate(cases, 1):
+            details = dropped(status, gen)
+            assert details["reason"] == "bad_spool", (case, details)
+            assert HEADER_CASES[case][1] in details["error"], (case, details)
+        assert env.proc.poll() is None and env.terminate() == 0
+        env.start()
+        request_pushed(env, good + 1)
         assert env.terminate() == 0
     finally:
         env.kill()
-    assert env.remote_tags(env.remotes["origin"]) == ["t/gen-000002", "t/gen-000003"]
-    assert _drops_of(env, 1) == 1 and env.state().rejected_total == 0
+    assert env.remote_tags(env.remotes["origin"]) == [f"t/gen-{good:06d}",
+                                                      f"t/gen-{good + 1:06d}"]
+    assert all(_drops_of(env, gen) == 1 for gen in range(1, good))
+    assert env.state().rejected_total == 0
     assert "Traceback" not in env.log.read_text()
 
 

@@ -114,9 +114,9 @@ def test_remote_down_queue_grows_then_drains_in_order(tmp_path):
         server.stop()
 
 
-@pytest.mark.parametrize("block", range(4))
+@pytest.mark.parametrize("block", range(3))
 def test_sigkill_at_random_points_recovers_exactly(tmp_path, block):
-    """5 kill/restart cycles per case (20 in the suite; ``python -m tests.daemon.soak`` runs
+    """5 kill/restart cycles per case (15 in the suite; ``python -m tests.daemon.soak`` runs
     as many as you like)."""
     rng = random.Random(1000 + block)
     bare = init_bare(tmp_path / "remote.git")

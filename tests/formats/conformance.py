@@ -77,6 +77,18 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
         np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
+def representative_offsets(data: bytes, run: int = 8) -> list[int]:
+    """Every offset of ``data``, except inside a run of ``run`` or more equal bytes (padding,
+    zeros), where only the run's first and last byte stand for the rest."""
+    offsets, start = [], 0
+    for at in range(1, len(data) + 1):
+        if at == len(data) or data[at] != data[start]:
+            length = at - start
+            offsets.extend([start, at - 1] if length >= run else range(start, at))
+            start = at
+    return offsets
+
+
 def outcome(fmt: SnapshotFormat, path: Path) -> str:
     """'ok' or the typed failure of load and verify; anything else escapes (a test failure)."""
     report = fmt.verify(path)
@@ -230,12 +242,12 @@ class FormatConformance:
 
     # -- hostile input --------------------------------------------------------------------------
 
-    def test_truncation_at_every_offset_is_a_typed_error(self, tmp_path):
+    def test_truncation_anywhere_is_a_typed_error(self, tmp_path):
         path = self.save_probe(tmp_path)
         victim = self.data_file(path)
         data = victim.read_bytes()
         assert len(data) <= self.truncation_limit, "keep the probe file small"
-        for cut in range(len(data)):
+        for cut in representative_offsets(data):
             victim.write_bytes(data[:cut])
             if outcome(self.fmt, path) == "ok":
                 assert self.valid_prefix(data[:cut]), f"truncated at {cut} of {len(data)}"
@@ -249,7 +261,7 @@ class FormatConformance:
         victim = self.data_file(path)
         data = victim.read_bytes()
         span = self.probe_span(path)
-        for at in range(len(data)):
+        for at in representative_offsets(data):
             hurt = bytearray(data)
             hurt[at] ^= 0x10
             victim.write_bytes(bytes(hurt))

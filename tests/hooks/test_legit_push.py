@@ -1,6 +1,6 @@
 """What the daemon pushes is accepted by the real, installed pre-receive that requires
-signatures and HMACs, for every shard format with and without age armor, and across a key
-rotation (a new key added to the trusted folder, the daemon restarted with it)."""
+signatures and HMACs, for every shard format, age-armored (a text and a binary format), and
+across a key rotation (a new key added to the trusted folder, the daemon restarted with it)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,12 @@ def verified_remotely(remote: Repo, keys) -> None:
         whole.stderr
 
 
-@pytest.mark.parametrize("armored", [False, True], ids=["plain", "age"])
-@pytest.mark.parametrize("fmt", FORMATS)
+# age armor wraps any shard the same way: armored once as text and once as a binary format
+CASES = [(fmt, False) for fmt in FORMATS] + [("wtxt", True), ("aero", True)]
+
+
+@pytest.mark.parametrize(("fmt", "armored"), CASES,
+                         ids=[f"{fmt}-{'age' if armored else 'plain'}" for fmt, armored in CASES])
 def test_daemon_pushes_are_accepted(tmp_path, fmt, armored):
     env = DaemonEnv(tmp_path, {}, fmt=fmt)
     remote = guarded_remote(tmp_path / "remote.git", git_env(tmp_path), env.keys)
