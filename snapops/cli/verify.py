@@ -155,9 +155,10 @@ def print_reports(reports: list[Report], as_json: bool, *, unread_is_input: bool
 
 
 def unreadable(report: Report) -> bool:
-    """The file itself could not be read (missing, a folder, a FIFO, no permission): an
-    input error, not a verification failure."""
-    return report.failure is not None and report.failure.check == "io"
+    """The file itself could not be read (missing, a folder, a FIFO, no permission), or not
+    with the keys given (an age file and no identity): an input error, not a verification
+    failure."""
+    return report.failure is not None and report.failure.check in ("io", "keys")
 
 
 def run(args) -> int:

@@ -1,6 +1,7 @@
 """Exit codes of ``snapops verify`` and ``inspect`` as the README states them: 1 when a file was
 read and failed a check, 2 when an input or key file cannot be used at all (missing, a
-folder, not a key) or a declared size is refused before reading."""
+folder, not a key, an age file and no identity) or a declared size is refused before
+reading."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def work(tmp_path_factory) -> Path:
     """Keys (keys/), a good snapshot (s.wtxt) and one cut in half (cut.wtxt)."""
     folder = tmp_path_factory.mktemp("exits")
     np.savez(folder / "state.npz", w=np.arange(600, dtype=np.float32))
-    for argv in (["keys", "generate", "keys"], ["convert", "state.npz", "s.wtxt"]):
+    for argv in (["keys", "generate", "keys"], ["convert", "state.npz", "s.wtxt"],
+                 ["encrypt", "s.wtxt", "s.wtxt.age", "-R", "keys/age.pub"]):
         assert run_cli(*argv, cwd=folder).returncode == 0
     data = (folder / "s.wtxt").read_bytes()
     (folder / "cut.wtxt").write_bytes(data[:len(data) // 2])
@@ -42,6 +44,8 @@ def work(tmp_path_factory) -> Path:
      "snapops: error: nodir: public key: cannot read: No such file or directory\n"),
     (["s.wtxt", "--identity", "noid"],
      "snapops: error: noid: identity: cannot read: No such file or directory\n"),
+    (["s.wtxt.age"], "FAIL s.wtxt.age: [keys] age-encrypted: give an identity (--identity FILE) "
+                     "to decrypt and verify it\n"),
     (["s.wtxt", "--hmac-key", "keys/age.key"],
      "snapops: error: keys/age.key: expected 64 lowercase hex digits and LF (an HMAC key)\n"),
 ])
