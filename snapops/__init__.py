@@ -18,7 +18,23 @@ snapops.formats.errors.DataError: fold writer: unknown option 'compresion' (did 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping
+
+
+def runs_as_the_program(argv: list[str], orig_argv: list[str]) -> bool:
+    """This process is the ``snapops`` program (its console script or ``python -m
+    snapops``), not a script that imports the library."""
+    if argv and os.path.basename(argv[0]) == "snapops":
+        return True
+    return "-m" in orig_argv and orig_argv[orig_argv.index("-m") + 1:][:1] == ["snapops"]
+
+
+# The program runs no large BLAS work, and OpenBLAS starting a thread per core at numpy's import
+# costs each process (every hook, CLI command, daemon) 0.1 CPU-s. A library import leaves the
+# caller's settings alone.
+if runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])) and "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from snapops.formats import errors  # noqa: F401
 from snapops.formats.contract import VerifyOptions, WriteResult

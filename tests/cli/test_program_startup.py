@@ -1,0 +1,41 @@
+"""The snapops program starts numpy with one OpenBLAS thread (it runs no large BLAS work and the
+thread start costs every hook and command 0.1 CPU-s); a script importing the library keeps
+its own settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from snapops import runs_as_the_program
+
+PROBE = ("import sys\n{prelude}\nimport snapops, os\n"
+         "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)\n")
+
+
+@pytest.mark.parametrize(("argv", "orig_argv", "expected"), [
+    (["/venv/bin/snapops", "verify"], ["/venv/bin/python", "/venv/bin/snapops", "verify"], True),
+    (["/repo/snapops/__main__.py", "hook"], ["python", "-m", "snapops", "hook"], True),
+    (["-m"], ["python", "-X", "importtime", "-m", "snapops"], True),
+    (["train.py"], ["python", "train.py"], False),
+    (["-m"], ["python", "-m", "trainer.snapops"], False),
+    (["/x/pytest"], ["python", "-m", "pytest", "-m", "snapops"], False),
+    ([], [], False),
+])
+def test_the_program_is_told_from_a_script(argv, orig_argv, expected):
+    assert runs_as_the_program(argv, orig_argv) is expected
+
+
+def probe(prelude: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    return subprocess.run([sys.executable, "-c", PROBE.format(prelude=prelude)], env=env,
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+
+def test_the_program_gets_one_blas_thread_and_a_script_keeps_its_own():
+    assert probe("sys.argv[0] = '/venv/bin/snapops'") == "1 True"
+    assert probe("") == "None True"
+    assert probe("import numpy; sys.argv[0] = '/venv/bin/snapops'") == "None True"
