@@ -353,6 +353,7 @@ class SnapshotFormat(ABC):
         fails closed)."""
         path = user_path(path)
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} load")
+        self._check_level(opts, "load")
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             raise error.located(path)
@@ -373,6 +374,11 @@ class SnapshotFormat(ABC):
             snap.meta[DTYPE_NOTE_KEY] = note
         return Snapshot(arrays, snap.meta)
 
+    def _check_level(self, opts: VerifyOptions, verb: str) -> None:
+        if opts.level not in self.capabilities.verify_levels:
+            raise DataError(f"{self.name} {verb}: level must be one of "
+                            f"{', '.join(self.capabilities.verify_levels)}, got {opts.level!r}")
+
     def open_lazy(self, path: str | os.PathLike) -> LogicalArrays:
         """An ArrayMapping reading one array at a time (``names``, ``[name]``, ``meta``)."""
         name = user_path(path)
@@ -383,9 +389,7 @@ class SnapshotFormat(ABC):
         """Every check the format allows; never raises for bad content (``report.failure``)."""
         name = user_path(path)
         opts = merge_options(VerifyOptions, options, fields, f"{self.name} verify")
-        if opts.level not in self.capabilities.verify_levels:
-            raise DataError(f"{self.name} verify: level must be one of "
-                            f"{', '.join(self.capabilities.verify_levels)}, got {opts.level!r}")
+        self._check_level(opts, "verify")
         error = unmet_requirement(self.title, self.capabilities, opts)
         if error is not None:
             return Report(path=name, format=self.name).fail(error)

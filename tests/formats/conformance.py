@@ -208,8 +208,10 @@ class FormatConformance:
             self.fmt.verify(path, bogus=1)
         with pytest.raises(DataError, match=r"unknown option 'bogus'.*require_signature"):
             self.fmt.load(path, bogus=1)
-        with pytest.raises(DataError, match="level must be one of"):
+        with pytest.raises(DataError, match="verify: level must be one of"):
             self.fmt.verify(path, level="thorough")
+        with pytest.raises(DataError, match="load: level must be one of"):
+            self.fmt.load(path, level="thorough")
 
     # -- bytes ----------------------------------------------------------------------------------
 
