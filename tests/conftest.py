@@ -22,6 +22,12 @@ VECTOR_OPTS = dict(schema="weights/v1", ts="2026-01-02T03:04:05Z", build="vec1",
                    cuda="off")
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Tests marked ``slow`` run first, so the two workers do not end with one of them
+    waiting on a long test the other started last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def vectors() -> Path:
     assert VECTORS.is_dir(), f"test vectors missing at {VECTORS}"

@@ -77,6 +77,7 @@ def scratch(tmp_path_factory) -> Path:
     return work
 
 
+@pytest.mark.slow
 def test_run_blocks_run_as_written(scratch):
     env = dict(os.environ, HOME=str(scratch), SNAP_PW="correct horse battery",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")

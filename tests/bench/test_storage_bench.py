@@ -9,9 +9,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from snapops.cli import main
 
 
+@pytest.mark.slow
 def test_storage_bench_reports_both_stores_from_a_real_daemon(tmp_path, capsys):
     workdir = tmp_path / "kept"
     assert main(["bench", "storage", "--size", "8MiB", "--gens", "3", "--regime", "sparse_f32",

@@ -9,6 +9,7 @@ import shutil
 import time
 
 import numpy as np
+import pytest
 
 from snapops.daemon.client import Snapshotter
 from snapops.daemon.lifecycle import COMMITTED, DROP_REASONS, DROPPED, PUSHED
@@ -107,6 +108,7 @@ def test_two_nodes_make_each_generation_once_through_the_remote(tmp_path):
     assert git("for-each-ref", "refs/snapops", cwd=envs["b"].repo) == ""   # b keeps nothing
 
 
+@pytest.mark.slow
 def test_a_node_killed_at_random_points_never_leaves_a_partial_generation(tmp_path):
     bare = init_bare(tmp_path / "remote.git")
     envs = two_nodes(tmp_path, bare, timeout=4)

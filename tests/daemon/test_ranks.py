@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pytest
 
 from snapops.daemon.lifecycle import DROPPED
 from snapops.formats.generation.load import load_from_source, rank_view
@@ -42,6 +43,7 @@ def check_remote(env: RankedEnv, url: str, tmp_path, gens: dict[int, int]) -> No
     shutil.rmtree(clone)
 
 
+@pytest.mark.slow
 def test_four_ranks_five_generations_then_resumed_on_two_and_one(tmp_path):
     bare = init_bare(tmp_path / "remote.git")
     env = RankedEnv(tmp_path, {"origin": str(bare)}, world=4)
@@ -75,6 +77,7 @@ def test_four_ranks_five_generations_then_resumed_on_two_and_one(tmp_path):
     check_remote(env, str(bare), tmp_path, {**{g: 4 for g in range(1, 6)}, 6: 2, 7: 1})
 
 
+@pytest.mark.slow
 def test_a_killed_rank_drops_its_generation_naming_it_and_the_restarted_world_commits(
         tmp_path):
     bare = init_bare(tmp_path / "remote.git")

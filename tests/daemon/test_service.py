@@ -115,6 +115,7 @@ def test_remote_down_queue_grows_then_drains_in_order(tmp_path):
 
 
 @pytest.mark.parametrize("block", range(3))
+@pytest.mark.slow
 def test_sigkill_at_random_points_recovers_exactly(tmp_path, block):
     """5 kill/restart cycles per case (15 in the suite; ``python -m tests.daemon.soak`` runs
     as many as you like)."""

@@ -402,6 +402,7 @@ def sparse_generations_after(repo: SnapshotRepo, remote: Path, gen: int) -> list
     return lines
 
 
+@pytest.mark.slow
 def test_a_daemon_killed_while_packing_recovers_exactly(tmp_path):
     """SIGKILL at random points of sparse generations (serialize, delta pack, commit, push):
     after a restart every committed generation is on the remote bit-exact, once, and both

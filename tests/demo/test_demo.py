@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from snapops.cli import main
 
 
+@pytest.mark.slow
 def test_quick_demo_runs_end_to_end(tmp_path, capsys):
     assert main(["demo", "--quick", "--workdir", str(tmp_path / "w")]) == 0
     summary = (tmp_path / "w" / "summary.md").read_text()

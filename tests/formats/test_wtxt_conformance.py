@@ -62,6 +62,7 @@ def _ref_opts(opts: dict, hmac_key=None, sign_pem=None) -> dict:
 
 @settings(max_examples=60)
 @given(state=states(), opts=options())
+@pytest.mark.slow
 def test_matches_reference_writer(state, opts):
     ours = _ours(state, **opts)
     assert ours == wtxt_ref.write_wtxt(state, **_ref_opts(opts))
@@ -92,6 +93,7 @@ def test_matches_reference_with_keys(state, opts, streaming, tmp_path_factory):
 
 @settings(max_examples=40)
 @given(state=states(), opts=options())
+@pytest.mark.slow
 def test_reference_accepts_ours_and_we_accept_reference(state, opts, tmp_path_factory):
     data = wtxt_ref.write_wtxt(state, **_ref_opts(opts))
     parsed = wtxt_ref.parse_wtxt(_ours(state, **opts))

@@ -29,6 +29,7 @@ def campaign(tmp_path_factory):
     return done
 
 
+@pytest.mark.slow
 def test_every_target_only_typed_errors_or_success(campaign):
     real = [f for f in campaign.findings() if f["target"] in TARGETS]
     assert real == [], campaign.summary()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.formats.generation.source import GitTreeSource
@@ -51,6 +52,7 @@ def plain_clone(bare, clone) -> None:
     subprocess.run(["git", "clone", "-q", str(bare), str(clone)], check=True, env=env)
 
 
+@pytest.mark.slow
 def test_twelve_dense_generations_pushed_cloned_restored_exactly(tmp_path, giftless):
     bare = init_bare(tmp_path / "remote.git")
     env = lfs_env(tmp_path, giftless, bare)
