@@ -42,6 +42,7 @@ _NUMPY = {
     "bool": np.bool_, "c64": np.complex64, "c128": np.complex128,
     "f8e4m3fn": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2,
     "f8e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "f8e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "f8e8m0fnu": ml_dtypes.float8_e8m0fnu,  # the MX formats' shared scale
 }
 DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in _NUMPY.items()}
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}

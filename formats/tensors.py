@@ -27,6 +27,7 @@ _VIEWED = {
     "float8_e5m2": ("uint8", ml_dtypes.float8_e5m2),
     "float8_e4m3fnuz": ("uint8", ml_dtypes.float8_e4m3fnuz),
     "float8_e5m2fnuz": ("uint8", ml_dtypes.float8_e5m2fnuz),
+    "float8_e8m0fnu": ("uint8", ml_dtypes.float8_e8m0fnu),
 }
 _BY_NUMPY = {np.dtype(logical): name for name, (_, logical) in _VIEWED.items()}
 

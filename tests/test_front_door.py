@@ -81,6 +81,21 @@ def test_torch_bf16_state_dict_to_aero_with_gen(tmp_path):
     assert back["w"].dtype == ml_dtypes.bfloat16 and back.meta["gen"] == 1
 
 
+FLOAT8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+          "float8_e8m0fnu"]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_torch_float8_comes_back_with_its_dtype_and_all_256_bit_patterns(tmp_path, name):
+    bits = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    state = {f"scale.{kind}": bits.view(getattr(torch, kind)) for kind in FLOAT8}
+    back = snapops.load(snapops.save(state, target(tmp_path, name)).path)
+    for key, tensor in state.items():
+        restored = numpy_to_tensor(back[key])
+        assert restored.dtype == tensor.dtype, key
+        assert torch.equal(restored.view(torch.uint8), bits), key
+
+
 def test_options_object_and_keywords_are_one_way(tmp_path):
     from snapops.formats.fold import FoldOptions
 
