@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import remove_leftover_temps
+from snapops.formats.dtypes import dtype_name
 from snapops.formats.errors import ConfigError, DataError, SnapopsError, short_repr
 from snapops.formats.generation.plan import Shard
 from snapops.formats.iosafe import shown, user_path
@@ -47,7 +47,8 @@ from snapops.formats.tensors import tensor_to_numpy
 
 from .lifecycle import DROPPED, REQ, SPOOLED
 from .redact import redact_url
-from .spool import MAX_RANK, check_request, spool_name, write_spool
+from .spool import DTYPES as SPOOL_DTYPES
+from .spool import LOGICAL, MAX_RANK, check_request, spool_name, write_spool
 from .wal import Wal, WalError, error_token, replay
 from .writers import WriterLock, retire_unfinished
 
@@ -74,13 +75,14 @@ class SpoolThreadDied(SnapopsError):
 
 
 Boxes = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]   # name -> (global shape, offsets)
+SPOOLABLE = [dtype_name(np.dtype(d)) for d in sorted(SPOOL_DTYPES)] + list(LOGICAL)
 
 
 @dataclass
 class Pinned:
     gen: int
     arrays: dict[str, np.ndarray]
-    bf16: frozenset[str]
+    logical: dict[str, str]      # arrays held as their unsigned bits: {name: dtype name}
     ts: str
     nbytes: int
     boxes: Boxes
@@ -121,12 +123,13 @@ def _state_items(state: Any):
 
 
 def pin(state: Any, pool: BufferPool, gen: int = 0, meta: dict | None = None
-        ) -> tuple[dict[str, np.ndarray], frozenset[str], Boxes]:
+        ) -> tuple[dict[str, np.ndarray], dict[str, str], Boxes]:
     """Copy every array (numpy, or torch on CPU/CUDA; a Shard's local part) into host buffers
-    the caller owns; returns them, the names of bf16 arrays and the boxes of the Shards.
+    the caller owns; returns them, the dtype names of the arrays held as their unsigned bits
+    (bf16, c64, float8) and the boxes of the Shards.
     Before copying, the layout must pass the spool's own rules (:func:`check_request`) for
     generation ``gen``: what the daemon would refuse is refused here, with DataError."""
-    sources, bf16, boxes = {}, set(), {}
+    sources, logical, boxes = {}, {}, {}
     for name, value in _state_items(state):
         if not isinstance(name, str):
             raise DataError(f"array names must be str, got {name!r}")
@@ -138,7 +141,7 @@ def pin(state: Any, pool: BufferPool, gen: int = 0, meta: dict | None = None
             if direct is not None:
                 sources[name], is_bf16 = direct
                 if is_bf16:
-                    bf16.add(name)
+                    logical[name] = "bf16"
                 continue
             value = tensor_to_numpy(value, name)  # what snapops.save does (DataError if not)
         try:
@@ -146,20 +149,22 @@ def pin(state: Any, pool: BufferPool, gen: int = 0, meta: dict | None = None
         except (TypeError, ValueError):
             raise DataError(f"array {name!r}: expected an array or tensor, got "
                             f"{type(value).__name__} that is no rectangular array") from None
-        if array.dtype == ml_dtypes.bfloat16:  # travels as its bits, flagged in the spool
-            array = array.view(np.uint16)
-            bf16.add(name)
-        elif array.dtype.hasobject or array.dtype.kind not in "biuf":
-            raise DataError(f"array {name!r}: dtype {array.dtype} cannot be snapshotted")
+        kept_as = LOGICAL.get(dtype_name(array.dtype))
+        if kept_as is not None:  # travels as its bits, its dtype named in the spool
+            logical[name] = dtype_name(array.dtype)
+            array = array.view(kept_as)
+        elif _le(array.dtype).str not in SPOOL_DTYPES:
+            raise DataError(f"array {name!r}: dtype {array.dtype} cannot be "
+                            f"snapshotted (a spool holds {', '.join(SPOOLABLE)})")
         sources[name] = array
-    check_request(gen, [(n, _le(a.dtype).str, tuple(a.shape), n in bf16, boxes.get(n))
+    check_request(gen, [(n, _le(a.dtype).str, tuple(a.shape), logical.get(n), boxes.get(n))
                         for n, a in sources.items()], meta)
     layout = tuple((n, a.shape, _le(a.dtype).str) for n, a in sources.items())
     buffers = pool.take(layout) or {n: np.empty(a.shape, _le(a.dtype))
                                     for n, a in sources.items()}
     for name, source in sources.items():
         _copy(buffers[name], source)
-    return buffers, frozenset(bf16), boxes
+    return buffers, logical, boxes
 
 
 def _le(dtype: np.dtype) -> np.dtype:
@@ -345,8 +350,8 @@ class Snapshotter:
         with self._cond:
             self._check_alive()
         ts = self._timestamp()
-        arrays, bf16, boxes = pin(state, self.pool, int(gen), self._meta(ts))
-        pinned = Pinned(gen, arrays, bf16, ts, sum(a.nbytes for a in arrays.values()), boxes)
+        arrays, logical, boxes = pin(state, self.pool, int(gen), self._meta(ts))
+        pinned = Pinned(gen, arrays, logical, ts, sum(a.nbytes for a in arrays.values()), boxes)
         with self._cond:
             try:
                 self._admit(pinned)
@@ -470,7 +475,7 @@ class Snapshotter:
         name = spool_name(item.gen, self.rank if ranked else None)
         meta = self._meta(item.ts)
         try:
-            size = write_spool(self.spool_dir / name, item.gen, item.arrays, meta, item.bf16,
+            size = write_spool(self.spool_dir / name, item.gen, item.arrays, meta, item.logical,
                                item.boxes)
         except Exception as exc:  # disk full, permissions: this gen is lost, the next may not be
             error = redact_url(str(exc))

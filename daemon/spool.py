@@ -1,10 +1,11 @@
 """Spool files: a pinned generation on disk in a zero-encoding binary form.
 
 Layout: ``SNAPSPOOL 1\\n`` + one line of JSON (gen, meta with ts (and rank and world in a
-multi-rank run), and per array name, dtype, shape, offset, nbytes, crc32c, optional bf16, and
-for a rank's piece of a global array its global_shape and offsets) + LF, zero padding to 64
-bytes, then each array's raw C-order bytes at a 64-aligned offset, in header order, with nothing
-after the last one. Rank ``r`` of a multi-rank run names its files ``gen-<gen>-r<r>.spool``.
+multi-rank run), and per array name, dtype, shape, offset, nbytes, crc32c, optional logical
+dtype (bf16, c64, float8: held as the unsigned integer of their width), and for a rank's piece
+of a global array its global_shape and offsets) + LF, zero padding to 64 bytes, then each
+array's raw C-order bytes at a 64-aligned offset, in header order, with nothing after the last
+one. Rank ``r`` of a multi-rank run names its files ``gen-<gen>-r<r>.spool``.
 Written through the atomic helper (temp, fsync, rename) so a spool file is complete or absent;
 read by mmap without copying. The CRC32C per array catches later corruption.
 
@@ -25,10 +26,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from snapops.formats.atomic import atomic_write
+from snapops.formats.dtypes import DTYPES as LOGICAL_DTYPES
+from snapops.formats.dtypes import unsigned_for
 from snapops.formats.errors import DataError, FormatError, LimitError, TruncatedError
 from snapops.formats.integrity import crc32c
 from snapops.formats.model import close_map
@@ -47,11 +49,16 @@ TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 MAX_RANK = 999_999            # what a WAL writer id can name
 _HEADER_KEYS = frozenset({"gen", "meta", "arrays"})
 _ENTRY_KEYS = frozenset({"name", "dtype", "shape", "offset", "nbytes", "crc32c"})
-_OPTIONAL_KEYS = frozenset({"bf16", "global_shape", "offsets"})
+# "bf16": true is what clients before "logical" wrote for {"logical": "bf16"}; still read
+_OPTIONAL_KEYS = frozenset({"logical", "bf16", "global_shape", "offsets"})
 _NAME = re.compile(r"gen-([0-9]{12,18})(?:-r(0|[1-9][0-9]{0,5}))?\.spool")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# dtypes a spool may hold (bf16 travels as u2 with "bf16": true in its entry)
+# dtypes a spool holds as themselves
 DTYPES = {"<f8", "<f4", "<f2", "<i8", "<u8", "<i4", "<u4", "<i2", "<u2", "|i1", "|u1", "|b1"}
+# the others it carries as the unsigned integer of their width, named in the entry's "logical"
+# (bf16, c64, the float8 family): {name: the stored dtype string}
+LOGICAL = {name: LOGICAL_DTYPES[unsigned_for(dtype)].str for name, dtype in LOGICAL_DTYPES.items()
+           if dtype.str not in DTYPES and unsigned_for(dtype) is not None}
 
 
 def spool_name(gen: int, rank: int | None = None) -> str:
@@ -76,7 +83,7 @@ class SpoolEntry:
     offset: int
     nbytes: int
     crc: int
-    bf16: bool = False
+    logical: str | None = None   # the array's dtype, stored as the same-width unsigned
     global_shape: tuple[int, ...] | None = None    # a rank's piece: the global array's shape
     offsets: tuple[int, ...] | None = None         # ... and where the piece starts in it
 
@@ -92,15 +99,16 @@ def plan(arrays: dict[str, np.ndarray]) -> tuple[list[dict], int]:
 
 
 def write_spool(path: str | os.PathLike, gen: int, arrays: dict[str, np.ndarray],
-                meta: dict | None = None, bf16: frozenset[str] = frozenset(),
+                meta: dict | None = None, logical: dict[str, str] | None = None,
                 boxes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> int:
-    """Write one generation atomically; returns the file size. ``boxes`` gives the arrays that
+    """Write one generation atomically; returns the file size. ``logical`` names the dtype of
+    the arrays held as their unsigned bits ({name: "bf16"}); ``boxes`` gives the arrays that
     are pieces of global arrays: {name: (global_shape, offsets)}."""
     entries, _ = plan(arrays)
     for entry, array in zip(entries, arrays.values()):
         entry["crc32c"] = crc32c(_bytes(array))
-        if entry["name"] in bf16:
-            entry["bf16"] = True
+        if logical and entry["name"] in logical:
+            entry["logical"] = logical[entry["name"]]
         if boxes and entry["name"] in boxes:
             entry["global_shape"], entry["offsets"] = map(list, boxes[entry["name"]])
     header = _header(gen, meta, entries)
@@ -126,8 +134,9 @@ def _header(gen: int, meta: dict | None, entries: list[dict]) -> bytes:
 
 
 # One entry of a request as :func:`check_request` takes it: name, little-endian dtype string,
-# shape, bf16 flag, and (global_shape, offsets) for a rank's piece of a global array, else None.
-RequestEntry = tuple[str, str, tuple[int, ...], bool,
+# shape, logical dtype name (or None), and (global_shape, offsets) for a rank's piece of a global
+# array, else None.
+RequestEntry = tuple[str, str, tuple[int, ...], "str | None",
                      "tuple[tuple[int, ...], tuple[int, ...]] | None"]
 _ENTRY_BOUND = 256    # bytes of an entry's JSON apart from its name and its size lists
 _DIM_BOUND = 21       # bytes of one size in a list: 19 digits ("<= 1 << 62"), a comma
@@ -143,9 +152,9 @@ def check_request(gen, entries: list[RequestEntry], meta: dict | None = None) ->
         if len(entries) > MAX_ARRAYS:
             raise _Bad("arrays", f"at most {MAX_ARRAYS} arrays", len(entries))
         bound = 0
-        for name, dtype, shape, bf16, box in entries:
+        for name, dtype, shape, logical, box in entries:
             where = f"array {_short(name)}"
-            _check_array(name, dtype, shape, bf16, where)
+            _check_array(name, dtype, shape, logical, where)
             if box is not None:
                 _check_box(tuple(shape), *map(list, box), where)
             bound += _ENTRY_BOUND + 12 * len(name) + _DIM_BOUND * len(shape) * (3 if box else 1)
@@ -159,12 +168,12 @@ def check_request(gen, entries: list[RequestEntry], meta: dict | None = None) ->
 def _request_header(gen: int, entries: list[RequestEntry], meta: dict | None) -> bytes:
     """The header :func:`write_spool` would write (every CRC at its widest)."""
     out, at = [], 0
-    for name, dtype, shape, bf16, box in entries:
+    for name, dtype, shape, logical, box in entries:
         nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "offset": at,
                  "nbytes": nbytes, "crc32c": 0xFFFFFFFF}
-        if bf16:
-            entry["bf16"] = True
+        if logical is not None:
+            entry["logical"] = logical
         if box is not None:
             entry["global_shape"], entry["offsets"] = map(list, box)
         out.append(entry)
@@ -233,7 +242,7 @@ class Spool:
                                   check="crc32c", expected=f"crc32c {e.crc:08x} for {e.name}",
                                   got=f"{crc32c(view):08x}")
             array = np.frombuffer(view, np.dtype(e.dtype)).reshape(e.shape)
-            out[e.name] = array.view(ml_dtypes.bfloat16) if e.bf16 else array
+            out[e.name] = array.view(LOGICAL_DTYPES[e.logical]) if e.logical else array
         return out
 
     def close(self) -> None:
@@ -359,19 +368,24 @@ def _entry(e, index: int, offset: int) -> SpoolEntry:
         raise _Bad(f"{where}: keys {sorted(_ENTRY_KEYS)} and optionally "
                    f"{sorted(_OPTIONAL_KEYS)}")
     name, dtype, shape = e["name"], e["dtype"], e["shape"]
-    bf16 = e.get("bf16", False)
-    dims = _check_array(name, dtype, shape, bf16, where, sep=".")
+    logical = e.get("logical")
+    if "bf16" in e:
+        if type(e["bf16"]) is not bool or "logical" in e:
+            raise _Bad(f"{where}.bf16", "a boolean, and no logical beside it")
+        logical = "bf16" if e["bf16"] else None
+    dims = _check_array(name, dtype, shape, logical, where, sep=".")
     nbytes = _int(e["nbytes"], f"{where}.nbytes", 1 << 62)
     if nbytes != int(np.prod(dims, dtype=object)) * np.dtype(dtype).itemsize:
         raise _Bad(f"{where}.nbytes: shape x itemsize")
     if _int(e["offset"], f"{where}.offset", 1 << 62) != offset:
         raise _Bad(f"{where}.offset: {offset} (arrays in order, 64-aligned, no gaps)")
     return SpoolEntry(name, dtype, dims, offset, nbytes,
-                      _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), bf16, *_box(e, dims, where))
+                      _int(e["crc32c"], f"{where}.crc32c", 0xFFFFFFFF), logical,
+                      *_box(e, dims, where))
 
 
-def _check_array(name, dtype, shape, bf16, where: str, sep: str = " ") -> tuple[int, ...]:
-    """The rules of one array's name, dtype, shape and bf16 flag (a header entry's, or a
+def _check_array(name, dtype, shape, logical, where: str, sep: str = " ") -> tuple[int, ...]:
+    """The rules of one array's name, dtype, shape and logical dtype (a header entry's, or a
     request's: :func:`check_request`); returns the shape as a tuple."""
     if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or _CONTROL.search(name):
         raise _Bad(f"{where}{sep}name", f"1 to {MAX_NAME} printable characters")
@@ -381,8 +395,9 @@ def _check_array(name, dtype, shape, bf16, where: str, sep: str = " ") -> tuple[
         raise _Bad(f"{where}{sep}shape", f"a list of at most {MAX_DIMS} sizes",
                    f"{len(shape)} sizes" if isinstance(shape, (list, tuple)) else None)
     dims = tuple(_int(d, f"{where}{sep}shape", 1 << 62) for d in shape)
-    if type(bf16) is not bool or (bf16 and dtype != "<u2"):
-        raise _Bad(f"{where}{sep}bf16", "a boolean, true only for <u2")
+    if logical is not None and (not isinstance(logical, str) or LOGICAL.get(logical) != dtype):
+        raise _Bad(f"{where}{sep}logical", "bf16, c64 or a float8 dtype, carried as the "
+                   "unsigned integer of its width", f"{str(logical)[:20]} as {dtype}")
     return dims
 
 

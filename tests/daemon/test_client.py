@@ -124,7 +124,7 @@ def test_torch_tensors_are_pinned(tmp_path):
     with Spool(files[1]) as spool:
         arrays = spool.arrays()
         assert float(arrays["lin.w"][0, 0]) == 0.5
-        assert arrays["half"].dtype == ml_dtypes.bfloat16 and spool.entries[1].bf16
+        assert arrays["half"].dtype == ml_dtypes.bfloat16 and spool.entries[1].logical == "bf16"
         assert int(arrays["half"].view(np.uint16)[0]) == 0x3FC0  # bf16 bits of 1.5
         assert float(arrays["half"][0]) == 1.5
     with Spool(files[2]) as spool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -83,6 +84,42 @@ def test_spool_roundtrip_and_corruption(tmp_path):
         path.write_bytes(bad)
         with pytest.raises(FormatError, match=r"\[(grammar|limit|truncated|extent)\]"):
             Spool(path).arrays()
+
+
+def _one_entry_spool(path, **extra) -> None:
+    """A spool of one 2-byte array whose entry carries ``extra`` keys."""
+    entry = {"name": "a", "dtype": "<u2", "shape": [1], "offset": 0, "nbytes": 2,
+             "crc32c": 0, **extra}
+    head = b"SNAPSPOOL 1\n" + json.dumps({"gen": 1, "meta": {}, "arrays": [entry]}).encode()
+    path.write_bytes(head + b"\n" + bytes(-(len(head) + 1) % 64) + b"\x80\x3f")
+
+
+def test_logical_dtypes_travel_as_their_bits_and_must_match_their_width(tmp_path):
+    import ml_dtypes
+
+    bits = np.arange(256, dtype=np.uint8)
+    arrays = {"f8": bits.view(ml_dtypes.float8_e8m0fnu), "h": bits.view(np.uint16).view(
+        ml_dtypes.bfloat16), "c": bits.view(np.uint64).view(np.complex64)}
+    logical = {"f8": "f8e8m0fnu", "h": "bf16", "c": "c64"}
+    stored = {n: a.view(f"<u{a.dtype.itemsize}") for n, a in arrays.items()}
+    write_spool(tmp_path / "g.spool", 1, stored, {"ts": "2026-01-02T03:04:05Z"}, logical)
+    with Spool(tmp_path / "g.spool") as spool:
+        got = spool.arrays()
+        for name, array in arrays.items():
+            assert got[name].dtype == array.dtype and got[name].tobytes() == array.tobytes()
+        del got
+    path = tmp_path / "h.spool"
+    _one_entry_spool(path, bf16=True)          # what clients before "logical" wrote
+    with Spool(path) as spool:
+        assert spool.entries[0].logical == "bf16"
+    for extra, says in (({"logical": "f8e4m3fn"}, r"logical: .*got f8e4m3fn as <u2"),
+                        ({"logical": "c128"}, r"logical: .*got c128 as <u2"),
+                        ({"logical": 7}, r"logical: .*got 7 as <u2"),
+                        ({"bf16": True, "logical": "bf16"}, r"bf16: a boolean, and no logical"),
+                        ({"bf16": 1}, r"bf16: a boolean")):
+        _one_entry_spool(path, **extra)
+        with pytest.raises(FormatError, match=says):
+            Spool(path)
 
 
 def test_config_layers_and_errors(tmp_path):

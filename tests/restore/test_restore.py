@@ -37,6 +37,10 @@ def torch_state(gen: int) -> dict[str, torch.Tensor]:
         "head.bias": torch.randn(5, generator=g).to(torch.float64),
         "mask.keep": torch.arange(6) % 2 == 0,
         "step": torch.tensor(100 * gen, dtype=torch.int64),
+        "mx.w": torch.randint(0, 256, (4, 8), generator=g, dtype=torch.uint8)
+                     .view(torch.float8_e4m3fn),
+        "mx.scale": torch.arange(gen, gen + 4, dtype=torch.uint8).view(torch.float8_e8m0fnu),
+        "fft.coef": torch.randn(3, generator=g, dtype=torch.complex64),
     }
 
 
@@ -44,7 +48,9 @@ def assert_same(got: dict, want: dict) -> None:
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
         assert got[name].dtype == tensor.dtype, name
-        assert got[name].shape == tensor.shape and torch.equal(got[name], tensor), name
+        bits = (lambda t: t.view(torch.uint8)) if tensor.dtype.itemsize == 1 else (lambda t: t)
+        assert got[name].shape == tensor.shape and torch.equal(bits(got[name]), bits(tensor)), \
+            name
 
 
 @pytest.fixture(scope="module")
