@@ -56,7 +56,7 @@ def build(folder: str | Path) -> dict:
                                         {"blocks.0.w": state()["blocks.0.w"]})}
     for rel, (opts, arrays) in variants.items():
         snapops.save(arrays, root / rel, gen=1, ts=TS, **opts)
-    # the daemon's inputs from training processes: a spool file (bf16 and a box: a rank's
+    # the daemon's inputs from training processes: a spool file (a bf16 array and a box: a rank's
     # piece of a global array) and a WAL with requests, parts, commits and pushes
     from snapops.daemon.spool import write_spool
     from snapops.daemon.lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
@@ -65,7 +65,7 @@ def build(folder: str | Path) -> dict:
     (root / "daemon").mkdir()
     spooled = dict(state(), emb=state()["emb"].view(np.uint16))     # as the client spools bf16
     write_spool(root / "daemon" / "gen-000001.spool", 1, spooled, meta={"ts": TS},
-                bf16=frozenset({"emb"}), boxes={"blocks.0.w": ((32, 8), (16, 0))})
+                logical={"emb": "bf16"}, boxes={"blocks.0.w": ((32, 8), (16, 0))})
     client = Wal(root / "daemon" / "wal.log")
     for gen in (1, 2, 3):
         client.append(REQ, gen, pid=4242, arrays=4)
