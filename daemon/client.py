@@ -152,7 +152,7 @@ def pin(state: Any, pool: BufferPool, gen: int = 0, meta: dict | None = None
         kept_as = LOGICAL.get(dtype_name(array.dtype))
         if kept_as is not None:  # travels as its bits, its dtype named in the spool
             logical[name] = dtype_name(array.dtype)
-            array = array.view(kept_as)
+            array = array.astype(_le(array.dtype), copy=False).view(kept_as)
         elif _le(array.dtype).str not in SPOOL_DTYPES:
             raise DataError(f"array {name!r}: dtype {array.dtype} cannot be "
                             f"snapshotted (a spool holds {', '.join(SPOOLABLE)})")

@@ -75,6 +75,24 @@ def test_a_header_over_the_spool_limit_is_refused_at_request(tmp_path):
     assert spool_files(tmp_path) == []
 
 
+def test_every_dtype_comes_back_from_the_spool_with_its_value_whatever_its_byte_order(tmp_path):
+    import ml_dtypes
+
+    state = {"c": np.array([1 + 2j, -3.5j], ">c8"), "c_le": np.array([1 + 2j], "<c8"),
+             "h": np.array([1.5, -2], ">f2"), "i": np.arange(3, dtype=">i8"),
+             "f8": np.array([0.5, 448], ml_dtypes.float8_e4m3fn),
+             "bf": np.array([1.5, -0.25], ml_dtypes.bfloat16)}
+    with Snapshotter(tmp_path) as snap:
+        snap.request(state, 1)
+    [(_, path)] = spool_files(tmp_path)
+    with Spool(path) as spool:
+        back = spool.arrays()
+        for name, array in state.items():
+            assert back[name].dtype == array.dtype.newbyteorder("<"), name
+            assert np.array_equal(back[name], array), name
+        del back
+
+
 def _torch_cases():
     import torch
 
