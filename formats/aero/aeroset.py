@@ -221,13 +221,21 @@ class _Save:
                             f"in the same folder; expected a file of this set only (save it "
                             f"under another name or into another folder)")
 
+    def announce(self, names: list[str]) -> None:
+        """Before a save into a folder without this set writes its members at their plain
+        names: list them for removal, so that the next save knows them for its own if this
+        one is killed (they are overwritten anyway) and removes what its set does not list."""
+        pattern = _member_pattern(self.json_path)
+        retired = _read_retired(self.retired_path, pattern) | set(names)
+        atomic_write_bytes(self.retired_path, json.dumps(sorted(retired)).encode())
+
     def publish(self, data: bytes, names: set[str]) -> str:
         """Make the new set, whose files are ``names``, visible in one step: the replaced set's
         files it no longer lists are recorded for removal, the members' renames are made
         durable, then the JSON replaces the old one atomically (temp file, fsync, rename,
         folder fsync)."""
+        self._record_retired(names)
         if not self.fresh:
-            self._record_retired(names)
             fsync_dir(self.folder)
         return atomic_write_bytes(self.json_path, data)
 
@@ -326,6 +334,7 @@ def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOption
         if save.fresh:
             for name in [index_name, *part_names]:
                 save._refuse_listed_by_others(name)
+            save.announce([index_name, *part_names])
         try:
             data, names = _write_members(save, prepared, slots, shards, index_name,
                                          part_names, options)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -159,6 +160,25 @@ def test_changed_parts_get_tagged_names_and_unchanged_ones_keep_theirs(tmp_path)
         assert name == f"{name[:8]}.{part['sha256'][:16]}.aero"
     assert doc["global_tidx"]["path"] == f"index.{doc['global_tidx']['sha256'][:16]}.aero"
     assert which_state(path) == "new" and stray_files(path) == set()
+
+
+KILLED_FIRST_SAVE = """
+import os, signal, sys
+import numpy as np, snapops
+from snapops.formats.aero import aeroset
+aeroset._Save.publish = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+snapops.save({f"layer.{i}": np.full(1024, i, np.float32) for i in range(5)}, sys.argv[1],
+             shard_max=4096, part_shards=1)
+"""
+
+
+def test_a_first_save_killed_before_its_json_is_cleaned_up_by_the_next(tmp_path):
+    path = tmp_path / "m.aeroset.json"
+    killed = subprocess.run([sys.executable, "-c", KILLED_FIRST_SAVE, str(path)], timeout=120)
+    assert killed.returncode == -signal.SIGKILL and not path.exists()
+    assert len(list(tmp_path.glob("m.part-*.aero"))) == 5    # all written, none listed yet
+    snapops.save(OLD, path, **OPTS)                          # 4 parts: part-004 is left over
+    assert which_state(path) == "old" and stray_files(path) == set()
 
 
 @pytest.mark.parametrize("delay", [0.002, 0.01, 0.03, 0.08])
