@@ -60,14 +60,24 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     folder = target.parent if str(target.parent) else Path(".")
     remove_leftover_temps(folder, target=target.name)
     tmp = folder / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    # A signal handler (Ctrl-C) runs between any two calls, even as a call returns before its
+    # result is stored: each step is covered so that an interrupt leaves no temp file behind.
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     except OSError as exc:
         raise _naming(target, exc) from None
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    owner = os.dup(fd)  # keeps the lock after the handle closes, until the rename
+    except BaseException:  # interrupted as the open returned: the file is ours (O_EXCL)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    owner = handle = None
+    wrapping = False
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        owner = os.dup(fd)  # keeps the lock after the handle closes, until the rename
+        wrapping = True
+        handle = os.fdopen(fd, "wb", buffering=1 << 20)
+        with handle:
             yield handle
             handle.flush()
             if durable:
@@ -81,9 +91,16 @@ def atomic_write(path: str | os.PathLike, *, mode: int = 0o644,
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if not wrapping:
+            os.close(fd)
+        # (a file object lost midway through fdopen closes fd when collected: never twice)
+        elif handle is not None and not handle.closed:
+            with contextlib.suppress(OSError):
+                handle.close()
         raise
     finally:
-        os.close(owner)
+        if owner is not None:
+            os.close(owner)
     if durable:
         fsync_dir(folder)
 

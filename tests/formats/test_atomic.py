@@ -7,6 +7,8 @@ import os
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from snapops.formats.atomic import atomic_write, atomic_write_bytes, remove_leftover_temps
 
 from ..processes import killed_after
@@ -69,3 +71,23 @@ def test_sweep_descends_but_skips_git_fresh_and_foreign_entries(tmp_path):
     assert all(p.exists() for p in kept + [fresh]) and not any(p.exists() for p in old)
     assert (tmp_path / ".d.0123456789ab.tmp").is_dir()
     assert (tmp_path / ".l.0123456789ab.tmp").is_symlink()
+
+
+@pytest.mark.parametrize("call", ["open", "dup", "fdopen"])
+def test_an_interrupt_as_a_call_returns_leaves_no_temp_file(tmp_path, monkeypatch, call):
+    """Ctrl-C's handler can run as a call returns, before its result is stored."""
+    (tmp_path / "x.bin").write_bytes(b"old")
+    real = getattr(os, call)
+
+    def interrupted(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if call == "fdopen":
+            result.close()          # the lost file object, collected
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, call, interrupted)
+    with pytest.raises(KeyboardInterrupt, match=r"^$"), atomic_write(tmp_path / "x.bin") as f:
+        f.write(b"new")
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.bin"]
+    assert (tmp_path / "x.bin").read_bytes() == b"old"
