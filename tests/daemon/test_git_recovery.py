@@ -21,6 +21,15 @@ def _fast_retries(env: DaemonEnv) -> None:
         "[daemon]\n", "[daemon]\nretry_initial = 0.3\nretry_max = 1.0\n", 1))
 
 
+def _env_and_index_lock(tmp_path):
+    """A bare remote, a daemon retrying fast that pushes to it, and where its work
+    repository's index lock goes."""
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    _fast_retries(env)
+    return bare, env, env.repo / ".git" / "index.lock"
+
+
 def _children(pid: int, pattern: str) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid), "-f", pattern], capture_output=True,
                            text=True)
@@ -72,10 +81,7 @@ def test_killed_cat_file_reader_is_restarted(tmp_path):
 
 
 def test_dead_gits_index_lock_is_cleared_before_the_retry(tmp_path):
-    bare = init_bare(tmp_path / "remote.git")
-    env = DaemonEnv(tmp_path, {"origin": str(bare)})
-    _fast_retries(env)
-    lock = env.repo / ".git" / "index.lock"
+    bare, env, lock = _env_and_index_lock(tmp_path)
     try:
         _first_gen(env)
         lock.write_bytes(b"")   # what a git killed mid-command leaves behind
@@ -94,10 +100,7 @@ def test_dead_gits_index_lock_is_cleared_before_the_retry(tmp_path):
 def test_a_lock_a_live_process_may_hold_is_kept(tmp_path):
     """A git process of someone else working in the repository, then a process holding the
     lock open: the lock stays (and the generation waits); once they are gone it is removed."""
-    bare = init_bare(tmp_path / "remote.git")
-    env = DaemonEnv(tmp_path, {"origin": str(bare)})
-    _fast_retries(env)
-    lock = env.repo / ".git" / "index.lock"
+    bare, env, lock = _env_and_index_lock(tmp_path)
     other_git = holder = None
     try:
         _first_gen(env)
@@ -134,10 +137,7 @@ def test_a_lock_a_live_process_may_hold_is_kept(tmp_path):
 def test_a_fresh_lock_waits_for_the_next_retry(tmp_path):
     """A lock younger than a second is not removed (a git may just have taken it); the retry
     after it removes it."""
-    bare = init_bare(tmp_path / "remote.git")
-    env = DaemonEnv(tmp_path, {"origin": str(bare)})
-    _fast_retries(env)
-    lock = env.repo / ".git" / "index.lock"
+    bare, env, lock = _env_and_index_lock(tmp_path)
     try:
         _first_gen(env)
         lock.write_bytes(b"")
