@@ -39,3 +39,13 @@ def test_the_program_gets_one_blas_thread_and_a_script_keeps_its_own():
     assert probe("sys.argv[0] = '/venv/bin/snapops'") == "1 True"
     assert probe("") == "None True"
     assert probe("import numpy; sys.argv[0] = '/venv/bin/snapops'") == "None True"
+
+
+def test_version_loads_no_command():
+    code = ("import sys\nfrom snapops.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(code, sorted(m for m in sys.modules if m.startswith('snapops.cli.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.startswith("snapops ")
+    assert out.stdout.splitlines()[-1] == "0 ['snapops.cli._common']"
