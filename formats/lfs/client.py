@@ -20,6 +20,7 @@ import hashlib
 import http.client
 import json
 import os
+import secrets
 import threading
 import urllib.error
 import urllib.parse
@@ -111,7 +112,7 @@ class LfsClient:
         answers = self.batch("upload", [(o.oid, o.size) for o in objects])
         for obj, item in zip(objects, answers):
             _raise_item_error(item, obj.oid)
-            up = _action(item, "upload", obj.oid)
+            up = offered_action(item, "upload", obj.oid)
             if up is None:
                 skipped += 1
                 continue
@@ -119,7 +120,7 @@ class LfsClient:
                 self._request("PUT", up["href"], f, {**_headers(up),
                               "Content-Type": "application/octet-stream",
                               "Content-Length": str(obj.size)})
-            ver = _action(item, "verify", obj.oid)
+            ver = offered_action(item, "verify", obj.oid)
             if ver is not None:
                 self._json("POST", ver["href"], json.dumps({"oid": obj.oid, "size": obj.size})
                            .encode(), {**_headers(ver), "Accept": MEDIA, "Content-Type": MEDIA})
@@ -151,15 +152,16 @@ class LfsClient:
 
     def _get(self, oid: str, size: int, item: dict, dest: Path, durable: bool = True) -> Path:
         _raise_item_error(item, oid)
-        action = _action(item, "download", oid)
+        action = offered_action(item, "download", oid)
         if action is None:
             raise LfsError(f"LFS server offers no download of object {oid}")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
+        # a name nobody can guess, created new ("x"): never a planted symlink's target
+        tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.part")
         h, got = hashlib.sha256(), 0
         try:
             with self._open("GET", action["href"], None, _headers(action)) as resp, \
-                    open(tmp, "wb") as out:
+                    open(tmp, "xb") as out:
                 while block := _read(resp, BLOCK, f"LFS object {oid}"):
                     got += len(block)
                     if got > size:
@@ -188,9 +190,9 @@ class LfsClient:
             request = urllib.request.Request(url, data=body, headers=headers, method=method)
             return _OPENER.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
-            detail = exc.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
-            raise LfsHttpError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} "
-                               f"{redact_url(detail)[:200]}", exc.code,
+            detail = one_line(exc.read(400).decode("utf-8", "replace"))
+            raise LfsHttpError(f"LFS {method} {redact_url(url)}: HTTP {exc.code} {detail}",
+                               exc.code,
                                (exc.headers.get("Content-Type") or "").split(";")[0]) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
             # ValueError, InvalidURL: an href or a redirect no URL parser takes
@@ -277,7 +279,7 @@ def _read(resp, size: int, what: str) -> bytes:
 _OPENER = urllib.request.build_opener(_Redirects)
 
 
-def _action(item: dict, name: str, oid: str) -> dict | None:
+def offered_action(item: dict, name: str, oid: str) -> dict | None:
     """The ``name`` action of a batch answer's object (None: not offered), shape checked."""
     actions = item.get("actions") or {}
     if not isinstance(actions, dict):
@@ -302,4 +304,12 @@ def _raise_item_error(item: dict, oid: str) -> None:
     if error:
         message = error.get("message") if isinstance(error, dict) else error
         code = error.get("code") if isinstance(error, dict) else None
-        raise LfsError(f"LFS object {oid}: server error {code}: {str(message)[:200]}")
+        raise LfsError(f"LFS object {oid}: server error {one_line(code, 40)}: "
+                       f"{one_line(message)}")
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """Text a server chose, fit for a one-line message: no line breaks or control characters
+    (a forged log line), URLs redacted, at most ``limit`` characters."""
+    printable = "".join(c if c.isprintable() else " " for c in str(text))
+    return redact_url(" ".join(printable.split()))[:limit]

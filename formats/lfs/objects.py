@@ -4,7 +4,9 @@ One folder holds stored objects (keyframes, residuals) and reconstructed shard f
 each under the SHA-256 of its content (a keyframe is its own shard: same bytes, same name).
 A shard is restored by fetching its keyframe, or its residual and (recursively) its base, from
 the LFS server when not cached; every file enters the cache only after its digest was checked,
-and a restored shard is checked against the digest its sealed MANIFEST record names.
+a cached shard handed out as it is was first hashed (a damaged or planted one is removed and
+fetched again), and a restored shard is checked against the digest its sealed MANIFEST record
+names.
 
 Example::
 
@@ -119,6 +121,7 @@ class ObjectStore:
         self.fetched = 0        # objects downloaded by this store
         self._hashed: dict[str, tuple[int, int, int, str]] = {}   # path -> stat, SHA-256
         self._spares = _Spares()
+        self._discarded: set[str] = set()     # cached files whose bytes were not their name
 
     def path(self, sha: str) -> Path:
         if not _HEX64.fullmatch(sha or ""):
@@ -180,12 +183,29 @@ class ObjectStore:
         fsync_dir(self.root)
         return sha, f.size
 
+    def _trusted(self, sha: str, size: int) -> bool:
+        """``has(sha, size)`` and the file's bytes are that digest: vouched for by this store,
+        else hashed now (once). A file whose bytes are not its name (damaged, or planted in a
+        shared cache) is removed, so that it is fetched or rebuilt again."""
+        if not self.has(sha, size):
+            return False
+        path = self.path(sha)
+        if self.hashed(path) == sha:
+            return True
+        if file_sha256(path) == sha:
+            self._remember(path, sha)
+            return True
+        path.unlink(missing_ok=True)
+        self._discarded.add(sha)
+        return False
+
     def fetch(self, oid: str, size: int) -> Path:
         """Object ``oid`` from the cache, or downloaded (checked by size and SHA-256)."""
         if self.has(oid, size):
             return self.path(oid)
         if self.client is None:
-            raise LfsError(f"LFS object {oid} is not cached and no LFS server is configured")
+            state = "damaged in the cache (removed)" if oid in self._discarded else "not cached"
+            raise LfsError(f"LFS object {oid} is {state} and no LFS server is configured")
         self.client.download(oid, size, self.path(oid),   # checked: its SHA-256 is the oid
                              durable=self.durable)
         self._remember(self.path(oid), oid)
@@ -223,6 +243,9 @@ class ObjectStore:
             if current.object is None or current.object_size is None:
                 raise FormatError("an LFS-store shard without its stored object", path=path,
                                   check="lfs", expected="object=<oid> object_size=<n>", got="-")
+            # before any byte is downloaded: the bases come from older MANIFESTs, read unsealed
+            check_declared(f"LFS object of gen {current.gen}", current.object_size,
+                           DEFAULT_LIMITS, path)
             if current.encoding == "key":
                 if current.object != current.sha256 or current.object_size != current.size:
                     raise FormatError("a keyframe's object must be the shard itself", path=path,
@@ -254,6 +277,11 @@ class ObjectStore:
 
     def _shard(self, record: ShardRecord, older, path: str) -> Path:
         start, residuals = self.chain(record, older, path)
+        # a file handed out as it is cached must be what it is named: a damaged or planted one
+        # goes, and is fetched or rebuilt (a chain's result is checked whole, by _rebuild)
+        if not residuals and self.has(start.sha256, start.size) and \
+                not self._trusted(start.sha256, start.size):
+            start, residuals = self.chain(record, older, path)
         if self.has(start.sha256, start.size):
             first = self.path(start.sha256)
         else:

@@ -145,9 +145,11 @@ def chain_objects(manifests: dict[int, Manifest], gen: int, shard: ShardRecord) 
     raise FormatError(f"gen {gen}: residual chain of {shard.path} loops", check="retention")
 
 
-def plan_retention(manifests: dict[int, Manifest], policy: Policy) -> RetentionPlan:
+def plan_retention(manifests: dict[int, Manifest], policy: Policy,
+                   elsewhere: frozenset[str] = frozenset()) -> RetentionPlan:
     """Which generations and objects stay under ``policy`` (``manifests``: every generation
-    of the run by gen, LFS-store ones; others are ignored)."""
+    of the run by gen, LFS-store ones; others are ignored). ``elsewhere``: the objects other
+    runs of the store use, never pruned (identical shards of two runs are one object)."""
     lfs = {g: m for g, m in manifests.items() if m.header.store == "lfs"}
     kept = policy.kept(list(lfs))
     plan = RetentionPlan(kept, set(lfs) - kept)
@@ -157,7 +159,7 @@ def plan_retention(manifests: dict[int, Manifest], policy: Policy) -> RetentionP
             every.add(shard.object)
             if gen in kept:
                 plan.keep_objects |= chain_objects(lfs, gen, shard)
-    plan.prune_objects = every - plan.keep_objects
+    plan.prune_objects = every - plan.keep_objects - elsewhere
     return plan
 
 

@@ -36,7 +36,7 @@ from snapops.formats.errors import FormatError
 from snapops.formats.generation.manifest import Manifest, ShardRecord
 from snapops.formats.generation.residual import write_residual
 
-from .client import LfsObject
+from .client import LfsObject, offered_action
 from .objects import ObjectStore
 from .pointer import render_pointer
 
@@ -129,7 +129,7 @@ class LfsStash:
         if client is None or not objects:
             return
         for (oid, _), item in zip(objects, client.batch("upload", objects)):
-            if (item.get("actions") or {}).get("upload") is not None or item.get("error"):
+            if item.get("error") or offered_action(item, "upload", oid) is not None:
                 path = next(s.path for s in shards if s.object == oid)
                 raise FormatError("another node's LFS object is not on the server", path=path,
                                   check="lfs", expected=f"object {oid} in the LFS store",

@@ -33,6 +33,20 @@ def run_manifests(git, run: str) -> dict[int, object]:
     return out
 
 
+def other_runs_objects(git, run: str) -> frozenset[str]:
+    """The LFS objects of every other run's tagged generations: one LFS store holds every run
+    of the repository, and identical shards of two runs are one object there."""
+    from snapops.formats.generation import valid_run
+
+    tags = ref_lines(git.run("for-each-ref", "--format=%(refname)", "refs/tags/*/gen-*"))
+    runs = {ref.removeprefix("refs/tags/").rpartition("/gen-")[0] for ref in tags}
+    objects: set[str] = set()
+    for other in sorted(r for r in runs - {run} if valid_run(r)):
+        for manifest in run_manifests(git, other).values():
+            objects |= {s.object for s in manifest.shards if s.object}
+    return frozenset(objects)
+
+
 def milestone_gens(git, run: str, patterns: list[str]) -> set[int]:
     """Gens of the commits that tags matching ``patterns`` name (their MANIFEST's gen)."""
     from snapops.formats.generation.manifest import parse_manifest
@@ -76,7 +90,7 @@ def run_prune(args) -> int:
     milestones = milestone_gens(git, args.run, args.milestone_tag or [f"{args.run}/milestone-*"])
     previous = read_record(git, args.repo, args.run)
     policy = Policy(args.keep_last, args.keep_every, frozenset(milestones))
-    plan = plan_retention(manifests, policy)
+    plan = plan_retention(manifests, policy, other_runs_objects(git, args.run))
     pruned = set(plan.pruned) | (set(previous.pruned) if previous else set())
     deleted = 0
     if not args.dry_run:
@@ -110,9 +124,11 @@ def register(sub) -> None:
         description="Keep the last K generations, every Nth (gen divisible by N) and "
                     "milestones (tags matching --milestone-tag, default <run>/milestone-*); "
                     "every object a kept generation needs stays, its keyframe/residual chain "
-                    "included. Other objects are deleted from the store (--local-storage: a "
-                    "folder of one file per oid, <oid> or <oid[0:2]>/<oid[2:4]>/<oid>: giftless's "
-                    "local backend's <storage>/<org>/<repo>, git-lfs's object folder). Writes "
+                    "included, and so does every object another run's tagged generations name "
+                    "(one store holds every run). Other objects are deleted from the store "
+                    "(--local-storage: a folder of one file per oid, <oid> or "
+                    "<oid[0:2]>/<oid[2:4]>/<oid>: giftless's local backend's "
+                    "<storage>/<org>/<repo>, git-lfs's object folder). Writes "
                     "retention/<run>.retention into REPO (commit it): verify then reports "
                     "those generations as pruned by retention.",
         example="snapops lfs prune snapshot-repo --run run1 --keep-last 8 --keep-every 50 "
