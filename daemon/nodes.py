@@ -38,7 +38,7 @@ from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import ref_lines, run_git
+from snapops.formats.gitcmd import open_git, ref_lines, run_git
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
@@ -50,6 +50,8 @@ from .wal import NODE, WalState
 log = logging.getLogger("snapops.nodes")
 PART_FILE = "PART"
 BLOCK = 1 << 20
+MAX_ENTRY = 1 << 16                 # bytes of one ls-tree record
+DELETE_BATCH = 256                  # refs one poll deletes (push's work: refs x remote refs)
 _NODE = re.compile(NODE)
 
 
@@ -169,36 +171,79 @@ def list_parts(git: NodeGit, url: str, run: str) -> list[RemotePart]:
 
 def read_part(git: NodeGit, commit: str, hmac_key: bytes | None) -> PartFile:
     """The PART of a part commit, checked, and its tree holding exactly the files it lists
-    (regular files of the listed sizes). FormatError otherwise."""
+    (regular files of the listed sizes). FormatError otherwise. The PART (and its seal) is
+    checked before the tree is walked, and the walk stops at the first entry the PART does
+    not imply: a small pushed tree can stand for billions of paths."""
     where = f"part commit {commit[:12]}"
-    listing = _tree(git, commit)
-    size = listing.get(PART_FILE)
-    if size is None or size > MAX_BYTES:
-        raise FormatError("no PART file of a bounded size", path=where, check="fileset")
+    _parentless_commit(git, commit, where)
+    size = _part_size(git, commit, where)
     with git.open_blob(f"{commit}:{PART_FILE}") as stream:
         data = stream.read(size)
     part = parse_part(data, f"{where}:{PART_FILE}", hmac_key)
     want = {PART_FILE: size, **{s.path: _in_tree(s)[0] for s in part.written.shards},
             **{f.path: f.size for f in part.written.files}}
-    if listing != want:
-        extra = sorted(set(listing) ^ set(want)) or \
-            [p for p in want if listing.get(p) != want[p]]
-        raise FormatError("the part's files are not what its PART lists", path=where,
-                          check="fileset", got=extra[0] if extra else "?")
+    _check_tree(git, commit, want, where)
     return part
 
 
-def _tree(git: NodeGit, commit: str) -> dict[str, int | None]:
-    out = git.run("ls-tree", "-r", "-l", "-z", "--full-tree", commit)
-    listing: dict[str, int | None] = {}
-    for record in filter(None, out.split(b"\0")):
-        meta, _, name = record.partition(b"\t")
-        mode, kind, _, size = meta.decode("ascii", "replace").split()
-        path = name.decode("utf-8", "replace")
-        if mode != "100644" or kind != "blob":
-            raise FormatError(f"not a regular file ({mode})", path=path, check="fileset")
-        listing[path] = int(size)
-    return listing
+def _parentless_commit(git: NodeGit, commit: str, where: str) -> None:
+    kind = git.text("cat-file", "-t", commit)
+    if kind != "commit" or git.succeeds("rev-parse", "-q", "--verify", f"{commit}^1"):
+        raise FormatError("not a part commit", path=where, check="fileset",
+                          expected="a commit without parents", got=kind)
+
+
+def _part_size(git: NodeGit, commit: str, where: str) -> int:
+    listed = git.run("ls-tree", "-l", "-z", "--full-tree", commit, "--", PART_FILE)
+    entry = _entry(listed.split(b"\0")[0]) if listed else None
+    if entry is None or entry[:2] != ("100644", "blob") or int(entry[2]) > MAX_BYTES:
+        raise FormatError("no PART file of a bounded size", path=where, check="fileset",
+                          expected=f"a regular file PART of at most {MAX_BYTES} bytes")
+    return int(entry[2])
+
+
+def _entry(record: bytes) -> tuple[str, str, str, str] | None:
+    """(mode, kind, size, path) of one ``ls-tree -l -z`` record."""
+    meta, _, name = record.partition(b"\t")
+    fields = meta.decode("ascii", "replace").split()
+    if len(fields) != 4:
+        return None
+    return fields[0], fields[1], fields[3], name.decode("utf-8", "replace")
+
+
+def _check_tree(git: NodeGit, commit: str, want: dict[str, int], where: str) -> None:
+    """The commit's tree holds exactly ``want`` (path: size, regular files) and the folders
+    leading to them; stops at the first other entry."""
+    folders = {path.rsplit("/", i)[0] for path in want for i in range(1, path.count("/") + 1)}
+    seen = set()
+    args = ["ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit]
+    with open_git(args, cwd=git.repo, what="ls-tree") as stream:
+        for record in _records(stream, where):
+            mode, kind, size, path = _entry(record) or ("?", "?", "?", "?")
+            if path in folders and (mode, kind) == ("040000", "tree"):
+                continue
+            if path not in want or (mode, kind) != ("100644", "blob") or \
+                    size != str(want[path]):
+                raise FormatError("the part's files are not what its PART lists",
+                                  path=f"{where}:{path[:200]}", check="fileset",
+                                  expected="a regular file (100644) of the listed size",
+                                  got=f"{mode} {kind} {size}")
+            seen.add(path)
+    if len(seen) != len(want):
+        missing = sorted(set(want) - seen)[0]
+        raise FormatError("the part's files are not what its PART lists",
+                          path=f"{where}:{missing}", check="fileset", got="missing")
+
+
+def _records(stream, where: str):
+    """The NUL-ended records of ``stream``; none longer than a tree entry can sensibly be."""
+    pending = b""
+    while block := stream.read(BLOCK):
+        *done, pending = (pending + block).split(b"\0")
+        if len(pending) > MAX_ENTRY:
+            raise FormatError("a tree entry too long", path=where, check="fileset",
+                              expected=f"at most {MAX_ENTRY} bytes")
+        yield from done
 
 
 def tree_bytes(shard: ShardRecord) -> bytes | None:
@@ -245,10 +290,11 @@ def place_part(git: NodeGit, commit: str, part: PartFile, folder: Path) -> PartW
 
 
 def delete_parts(git: NodeGit, url: str, refs: list[str]) -> None:
+    """Delete ``refs`` on ``url`` and here (one push: keep them to a few hundred)."""
     if refs:
         git.run("push", "--porcelain", "--no-verify", url, *(f":{ref}" for ref in refs))
-        for ref in refs:
-            git.succeeds("update-ref", "-d", ref)
+        git.run("update-ref", "--stdin", input="".join(f"delete {ref}\n" for ref in refs)
+                .encode())
 
 
 @dataclass
@@ -265,6 +311,8 @@ class PartExchange:
     interval: float = 2.0                                   # seconds between two polls
     reachable: bool = True                                  # the last poll reached the remote
     refused: dict[tuple[int, str], str] = field(default_factory=dict)   # (gen, node) -> why
+    refused_commit: dict[tuple[int, str], str] = field(default_factory=dict)  # -> its commit
+    taken: set[tuple[int, str, str]] = field(default_factory=set)   # (gen, node, commit)
     next_at: float = 0.0
     outstanding: bool = False                               # the last poll saw part refs
 
@@ -285,12 +333,14 @@ class PartExchange:
             return
         finished = {g.gen for g in state.gens.values() if self._finished(g)}
         newest = max(finished, default=-1)
-        stale = [p.ref for p in remote if p.gen in finished or
-                 (p.gen not in state.gens and p.gen < newest)]
-        try:
-            delete_parts(self.git, url, stale)
+        stale = [p.ref for p in remote if p.gen in finished] + \
+            [p.ref for p in remote if p.gen not in state.gens and p.gen < newest]
+        try:   # anyone who can push can make more refs than one push deletes in good time
+            delete_parts(self.git, url, stale[:DELETE_BATCH])
         except GitError as exc:
             log.error("cannot delete part refs on %s: %s", redact_url(url), exc)
+        stale = set(stale)
+        self._forget([p for p in remote if p.ref not in stale])
         for part in remote:
             if part.ref not in stale and self._wanted(state, part):
                 self._take(state, part, record)
@@ -300,32 +350,44 @@ class PartExchange:
         return gen.state == DROPPED or (
             gen.state in (COMMITTED, PUSHED) and self.cluster.remote.name in gen.pushed)
 
+    def _forget(self, listed: list[RemotePart]) -> None:
+        """Keep what is known of the part commits still listed only: a ref moved to another
+        commit is looked at again."""
+        live = {(p.gen, p.node, p.commit) for p in listed}
+        self.taken &= live
+        for key, commit in list(self.refused_commit.items()):
+            if (*key, commit) not in live:
+                self.refused.pop(key, None)
+                del self.refused_commit[key]
+
     def _wanted(self, state: WalState, part: RemotePart) -> bool:
-        """Not refused, another node's, of a newer gen still waiting, not all recorded yet."""
-        record = state.gens.get(part.gen)
-        if (part.gen, part.node) in self.refused or part.node == self.cluster.node:
+        """Another node's commit, not refused nor taken in since this daemon started, of a
+        newer gen still waiting. After a restart each is read once more: a crash may have
+        come between the records of its ranks."""
+        key = (part.gen, part.node)
+        if part.node == self.cluster.node or self.refused_commit.get(key) == part.commit or \
+                (*key, part.commit) in self.taken:
             return False
-        if record is not None:
-            mine = [p for p in record.parts.values() if p.fields.get("node") == part.node]
-            if record.state != REQ or (mine and all(p.state == SPOOLED for p in mine)):
-                return False
+        record = state.gens.get(part.gen)
+        if record is not None and record.state != REQ:
+            return False
         newest = max((g.gen for g in state.in_state(COMMITTED, PUSHED)), default=-1)
         return part.gen > newest
 
     def _take(self, state: WalState, part: RemotePart, record: Callable[..., None]) -> None:
+        key = (part.gen, part.node)
         try:
-            self.git.run("fetch", "--no-tags", "--no-write-fetch-head", self.cluster.remote.url,
-                         f"+{part.ref}:{part.ref}")
-            found = read_part(self.git, part.commit, self.hmac_key)
-            self._check(state, part, found)
+            found = self._fetch(state, part)
         except GitError as exc:
             log.error("cannot fetch the part of node %s for gen %d: %s", part.node, part.gen,
                       exc)
             return
         except FormatError as exc:
-            self.refused[(part.gen, part.node)] = str(exc)
+            self.refused[key], self.refused_commit[key] = str(exc), part.commit
             log.error("gen %d: the part of node %s is refused: %s", part.gen, part.node, exc)
             return
+        self.refused.pop(key, None)
+        self.refused_commit.pop(key, None)
         known = state.gens[part.gen].parts if part.gen in state.gens else {}
         for rank in found.header.ranks:  # after a crash between them, only what is missing
             fields = {"part": rank, "node": part.node}
@@ -333,8 +395,22 @@ class PartExchange:
                 record(REQ, part.gen, world=self.cluster.world, **fields)
             if getattr(known.get(str(rank)), "state", REQ) == REQ:
                 record(SPOOLED, part.gen, commit=part.commit, **fields)
+        self.taken.add((*key, part.commit))
         log.info("gen %d: part of node %s (ranks %s) received", part.gen, part.node,
                  ",".join(map(str, found.header.ranks)))
+
+    def _fetch(self, state: WalState, part: RemotePart) -> PartFile:
+        if self.hmac_key is None:   # anyone who can push could write any part
+            raise FormatError("this committer has no HMAC key ([seal] hmac_key): no part can "
+                              "be authenticated", path=part.ref, check="hmac")
+        self.git.run("fetch", "--no-tags", "--no-write-fetch-head", self.cluster.remote.url,
+                     f"+{part.ref}:{part.ref}")
+        # the ref may have moved since it was listed: keep the commit recorded (a GitError if
+        # it is not here; the next poll lists the new one)
+        self.git.run("update-ref", part.ref, part.commit)
+        found = read_part(self.git, part.commit, self.hmac_key)
+        self._check(state, part, found)
+        return found
 
     def _check(self, state: WalState, part: RemotePart, found: PartFile) -> None:
         """The part is for this run, gen, node, world and format, and brings ranks that are
@@ -350,9 +426,10 @@ class PartExchange:
         for rank in h.ranks:
             other = known.get(str(rank))
             if rank in self.cluster.local or (other is not None and (
-                    other.fields.get("node") != part.node or other.state != REQ)):
-                raise FormatError(f"rank {rank} is already served by another node",
-                                  path=part.ref, check="part")
+                    other.fields.get("node") != part.node or
+                    other.fields.get("commit", part.commit) != part.commit)):
+                raise FormatError(f"rank {rank} is already served by another node or part "
+                                  "commit", path=part.ref, check="part")
 
     def received(self, record: Generation, folder: Path
                  ) -> tuple[tuple[PartWritten, ...], str | None]:

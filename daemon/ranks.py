@@ -60,6 +60,9 @@ class Cluster:
         if multi_node and not c.node:
             raise ConfigError(f"cluster.node: this daemon serves ranks {sorted(local)} of "
                               f"{c.world_size}; name the node and the committer")
+        if c.node and not config.seal.hmac_key:   # anyone who can push can write a part
+            raise ConfigError("seal.hmac_key: nodes authenticate their parts with it; give "
+                              "every node the run's HMAC key")
         return cls(c.world_size, local, c.rank_timeout, c.node or None, committer,
                    _part_remote(config) if c.node else None)
 

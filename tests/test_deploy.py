@@ -48,7 +48,9 @@ def test_systemd_unit_and_node_dropin_verify_clean(tmp_path):
 
 def test_systemd_node_dropin_makes_node_1_a_contributor_of_ranks_4_to_7(tmp_path):
     dropin = (DEPLOY / "systemd" / "node.conf").read_text()
-    shared = '[[repo.remote]]\nname = "origin"\nurl = "ssh://git@git.example/s.git"\n'
+    # what the drop-in says every machine shares besides [cluster]
+    shared = ('[seal]\nhmac_key = "/etc/snapops/keys/hmac.key"\n'
+              '[[repo.remote]]\nname = "origin"\nurl = "ssh://git@git.example/s.git"\n')
     (tmp_path / "snapops.toml").write_text(commented_toml(dropin) + shared)
     config = load_config(tmp_path / "snapops.toml", env=unit_environment(dropin))
     cluster = Cluster.from_config(config)

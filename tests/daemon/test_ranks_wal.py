@@ -127,14 +127,20 @@ def test_rank_and_world_come_from_arguments_or_torch_distributed(tmp_path):
     ({"world_size": 2, "node": "a"}, "cluster.committer: give node and committer together"),
     ({"world_size": 2, "ranks": "0", "node": "a", "committer": "a"}, "cluster.remote"),
     ({"world_size": 2, "node": "a b", "committer": "a"}, "cluster.node: expected"),
+    ({"world_size": 2, "ranks": "0", "node": "a", "committer": "a", "hmac": ""},
+     "seal.hmac_key: nodes authenticate their parts"),
 ])
 def test_cluster_config_is_checked_as_a_whole(cluster, message):
-    config = load_config(env={}, overrides={f"cluster.{k}": v for k, v in cluster.items()})
+    cluster = dict(cluster)
+    key = {"seal.hmac_key": cluster.pop("hmac", "keys/hmac.key")}
+    config = load_config(env={}, overrides={f"cluster.{k}": v for k, v in cluster.items()}
+                         | key)
     with pytest.raises(ConfigError, match=message):
         Cluster.from_config(config)
     ok = Cluster.from_config(load_config(env={}, overrides={
         "cluster.world_size": 4, "cluster.ranks": "2,3", "cluster.node": "b",
-        "cluster.committer": "a", "repo.remote": "origin=/x.git"}))
+        "cluster.committer": "a", "repo.remote": "origin=/x.git",
+        "seal.hmac_key": "keys/hmac.key"}))
     assert ok.local == {2, 3} and not ok.committer and ok.remote.name == "origin"
     assert ok.wal_scope()["expect"] == frozenset("23")
 
