@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Callable
 
 from snapops.formats.atomic import atomic_write, atomic_write_bytes
-from snapops.formats.errors import FormatError, GitError
+from snapops.formats.errors import FormatError, GitError, LimitError
 from snapops.formats.generation.manifest import ShardRecord, gen_text, parse_gen_text
 from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import open_git, ref_lines, run_git
+from snapops.formats.gitcmd import ref_lines, run_git, run_listing
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
@@ -50,7 +50,6 @@ from .wal import NODE, WalState
 log = logging.getLogger("snapops.nodes")
 PART_FILE = "PART"
 BLOCK = 1 << 20
-MAX_ENTRY = 1 << 16                 # bytes of one ls-tree record
 DELETE_BATCH = 256                  # refs one poll deletes (push's work: refs x remote refs)
 _NODE = re.compile(NODE)
 
@@ -213,37 +212,29 @@ def _entry(record: bytes) -> tuple[str, str, str, str] | None:
 
 def _check_tree(git: NodeGit, commit: str, want: dict[str, int], where: str) -> None:
     """The commit's tree holds exactly ``want`` (path: size, regular files) and the folders
-    leading to them; stops at the first other entry."""
+    leading to them; listing more entries than that is refused as it is seen."""
     folders = {path.rsplit("/", i)[0] for path in want for i in range(1, path.count("/") + 1)}
+    try:
+        listed = run_listing(["ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit],
+                             cwd=git.repo, what="ls-tree", max_paths=len(want) + len(folders))
+    except LimitError as exc:
+        raise FormatError("the part's files are not what its PART lists", path=where,
+                          check="fileset", expected=exc.expected, got="more") from None
     seen = set()
-    args = ["ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit]
-    with open_git(args, cwd=git.repo, what="ls-tree") as stream:
-        for record in _records(stream, where):
-            mode, kind, size, path = _entry(record) or ("?", "?", "?", "?")
-            if path in folders and (mode, kind) == ("040000", "tree"):
-                continue
-            if path not in want or (mode, kind) != ("100644", "blob") or \
-                    size != str(want[path]):
-                raise FormatError("the part's files are not what its PART lists",
-                                  path=f"{where}:{path[:200]}", check="fileset",
-                                  expected="a regular file (100644) of the listed size",
-                                  got=f"{mode} {kind} {size}")
-            seen.add(path)
+    for record in filter(None, listed.split(b"\0")):
+        mode, kind, size, path = _entry(record) or ("?", "?", "?", "?")
+        if path in folders and (mode, kind) == ("040000", "tree"):
+            continue
+        if path not in want or (mode, kind) != ("100644", "blob") or size != str(want[path]):
+            raise FormatError("the part's files are not what its PART lists",
+                              path=f"{where}:{path[:200]}", check="fileset",
+                              expected="a regular file (100644) of the listed size",
+                              got=f"{mode} {kind} {size}")
+        seen.add(path)
     if len(seen) != len(want):
         missing = sorted(set(want) - seen)[0]
         raise FormatError("the part's files are not what its PART lists",
                           path=f"{where}:{missing}", check="fileset", got="missing")
-
-
-def _records(stream, where: str):
-    """The NUL-ended records of ``stream``; none longer than a tree entry can sensibly be."""
-    pending = b""
-    while block := stream.read(BLOCK):
-        *done, pending = (pending + block).split(b"\0")
-        if len(pending) > MAX_ENTRY:
-            raise FormatError("a tree entry too long", path=where, check="fileset",
-                              expected=f"at most {MAX_ENTRY} bytes")
-        yield from done
 
 
 def tree_bytes(shard: ShardRecord) -> bytes | None:

@@ -43,10 +43,10 @@ import time
 from dataclasses import dataclass
 from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
 
-from .errors import GitError
+from .errors import GitError, LimitError
 
-__all__ = ["GIT_ENV", "GitExit", "GitResult", "children", "invocations", "open_git", "run_git",
-           "summarize"]
+__all__ = ["GIT_ENV", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children", "invocations",
+           "open_git", "run_git", "run_listing", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,11 @@ GRACE = 3.0                     # seconds git gets after SIGTERM to remove its t
 ROUND = 0.5                     # seconds the processes signalled in one round get to end
 SETTLE = 0.1                    # seconds their parents get to react before the next round
 _READ = 1 << 16
+# Paths one listing of a tree (ls-tree -r, diff-tree -r...) may name. Trees are shared by id,
+# so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
+# git lists for hours; a snapshot repository's commits name thousands.
+MAX_LISTED_PATHS = 200_000
+MAX_PATH_BYTES = 4096           # average bytes per listed record allowed, paths and fields
 
 _counter_lock = threading.Lock()
 _started = 0
@@ -516,6 +521,34 @@ def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
         result = GitResult(tuple(args), code, b"", err)
         raise GitError(f"git {what or ' '.join(args[:2])} failed: {summarize(result)}") \
             from GitExit(result)
+
+
+def run_listing(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
+                env: Mapping[str, str] | None = None, what: str | None = None,
+                max_paths: int = MAX_LISTED_PATHS, nuls_per_path: int = 1) -> bytes:
+    """stdout of a git command that lists paths with ``-z`` (``nuls_per_path`` NULs end each:
+    2 for ``diff-tree``'s raw records), read as it comes; LimitError, git stopped, once it
+    names more than ``max_paths`` paths or more bytes than that many records can hold.
+
+    Example::
+
+        run_listing(["ls-tree", "-r", "-z", commit], cwd=repo, max_paths=10)
+        # -> LimitError: [limit] git ls-tree -r: the tree names more paths ... expected at
+        #    most 10 paths, got more
+    """
+    out, nuls = bytearray(), 0
+    max_nuls, max_bytes = max_paths * nuls_per_path, max_paths * MAX_PATH_BYTES
+    label = what or " ".join(args[:2])
+    with open_git(args, cwd=cwd, env=env, what=label, bufsize=_READ) as stream:
+        while block := stream.read(_READ):
+            out += block
+            nuls += block.count(b"\0")
+            if nuls > max_nuls or len(out) > max_bytes:
+                raise LimitError(f"git {label}: the tree names more paths than snapops lists "
+                                 "(a tree repeating its subtrees can stand for billions; raise "
+                                 "git config snapops.maxPaths if this one is real)",
+                                 expected=f"at most {max_paths} paths", got="more")
+    return bytes(out)
 
 
 def _guard_main() -> None:

@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation.manifest import MAX_BYTES, parse_manifest
 from snapops.formats.generation.source import GitTreeSource
 from snapops.formats.generation.verify import (
@@ -86,6 +86,7 @@ class Checker:
 
     def __init__(self, git: Git, cfg: RepoConfig, scratch: str, lfs=None) -> None:
         self.git, self.cfg, self.scratch = git, cfg, scratch
+        git.max_paths = cfg.max_paths
         self.lfs = lfs  # (source, run) -> an LfsSource: LFS-store contents fetched, verified
         # keys loaded once; a shard verified in one commit is not verified again in the next
         self.options = cfg.generation_options(memo={})
@@ -105,7 +106,11 @@ class Checker:
     def check_tree(self, source: GitTreeSource, parent: str | None, outcome: Outcome,
                    before: str) -> Outcome:
         """Every run the tree of ``source`` changes against commit ``parent`` (None: none)."""
-        changes = tree_changes(self.git, parent or self.git.empty_tree(), source.commit)
+        try:
+            changes = tree_changes(self.git, parent or self.git.empty_tree(), source.commit)
+        except LimitError as exc:   # a tree bomb: nothing of it is read
+            outcome.refuse([exc], "tree")
+            return outcome
         runs = sort_changes(changes)
         refused = runs.problems + check_blob_sizes(self.git, changes, self.cfg.max_blob_size)
         if refused:  # nothing of this tree is read

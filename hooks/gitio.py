@@ -6,14 +6,15 @@ directory git names (the quarantine area in a hook) by :mod:`snapops.formats.loo
 only when its file reads exactly as git would read it; anything else goes to ``cat-file``.
 
 A :class:`Tree` is either the index (what ``git commit`` is about to record) or a commit; both
-answer "which blob is at PATH" and "which files changed against a parent", so one checker serves
-pre-commit, pre-push, pre-receive and CI.
+answer "which blob is at PATH". :func:`tree_files` and :func:`diff_trees` list and compare
+trees within ``snapops.maxPaths`` paths (``git diff-tree -r`` would collect every path of a
+"tree bomb" in memory before printing the first).
 
 Example::
 
     git = Git(".")
-    [c.path for c in git.index().changes()]
-    # -> ['snapshots/run1/s.wtxt', 'ledger/run1.ledger']
+    [c.path for c in diff_trees(git, "HEAD~1", "HEAD")]
+    # -> ['ledger/run1.ledger', 'snapshots/run1/s.wtxt']
 """
 
 from __future__ import annotations
@@ -24,28 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from snapops.formats.gitcmd import open_git, run_git
+from snapops.formats.gitcmd import MAX_LISTED_PATHS, open_git, run_git, run_listing
 from snapops.formats.looseobject import copy_stored_blob
 
 BLOB_MODES = ("100644", "100755")
 
 
-@dataclass(frozen=True)
-class Change:
-    """One changed path: ``status`` A/M/D/T (renames are split into D + A), the blob before
-    (None when added) and after (None when deleted)."""
-
-    status: str
-    path: str
-    old: str | None
-    new: str | None
-
-
 class Git:
     """Runs ``git`` in one repository (work tree or bare); inherits the hook's environment."""
 
-    def __init__(self, repo: str | os.PathLike = ".") -> None:
+    def __init__(self, repo: str | os.PathLike = ".", max_paths: int = MAX_LISTED_PATHS) -> None:
         self.cwd = os.fspath(repo)
+        self.max_paths = max_paths      # what one listing of a tree may name (snapops.maxPaths)
         self._null: str | None = None
         self._empty_tree: str | None = None
         self._facts: dict[str, str] = {}
@@ -54,6 +45,12 @@ class Git:
         """stdout of ``git args``; GitError when it fails (unless ``check`` is False)."""
         return run_git(args, cwd=self.cwd, input=input, check=check,
                        what=" ".join(args[:3])).stdout
+
+    def listing(self, *args: str, nuls_per_path: int = 1) -> bytes:
+        """stdout of ``git args`` listing paths with ``-z``, at most ``max_paths`` of them
+        (LimitError beyond: see :func:`~snapops.formats.gitcmd.run_listing`)."""
+        return run_listing(args, cwd=self.cwd, what=" ".join(args[:3]),
+                           max_paths=self.max_paths, nuls_per_path=nuls_per_path)
 
     def text(self, *args: str, check: bool = True) -> str:
         return self.run(*args, check=check).decode("utf-8", "surrogateescape").strip()
@@ -179,47 +176,42 @@ class Tree:
                     return oid.decode()
         return None
 
-    def listing(self, folder: str) -> dict[str, str]:
-        """Every regular file under ``folder`` (recursively): path -> blob id."""
-        spec = f":(literal){folder.rstrip('/')}/" if folder else "."
-        if self.commit is None:
-            out = self.git.run("ls-files", "--stage", "-z", "--", spec)
-            pos_oid = 1
-        else:
-            out = self.git.run("ls-tree", "-r", "-z", self.commit, "--", spec)
-            pos_oid = 2
-        found = {}
-        for record in filter(None, out.split(b"\0")):
-            meta, _, name = record.partition(b"\t")
-            fields = meta.split()
-            if fields[0].decode() in BLOB_MODES:
-                found[name.decode("utf-8", "surrogateescape")] = fields[pos_oid].decode()
-        return found
 
-    def changes(self, parent: str | None = None) -> list[Change]:
-        """Changed regular files against ``parent`` (default: HEAD for the index, the first
-        parent for a commit; the empty tree when there is none)."""
-        if self.commit is None:
-            base = parent or self.git.resolve("HEAD^{tree}") or self.git.empty_tree()
-            out = self.git.run("diff-index", "--cached", "-r", "-z", "--no-renames", base)
-        else:
-            if parent is None:
-                parents = self.git.parents(self.commit)
-                parent = parents[0] if parents else self.git.empty_tree()
-            out = self.git.run("diff-tree", "-r", "-z", "--no-renames", parent, self.commit)
-        return parse_raw_diff(out, self.git.null_oid())
+@dataclass(frozen=True)
+class Entry:
+    """A non-tree entry of a tree: ``mode`` as git writes it, ``oid`` the object it names."""
+
+    mode: str
+    oid: str
 
 
-def parse_raw_diff(out: bytes, null: str) -> list[Change]:
-    """Parse ``git diff --raw -z`` output (``:old new oldsha newsha S\\0path\\0`` records)."""
-    fields = out.split(b"\0")
-    changes = []
-    for i in range(0, len(fields) - 1, 2):
-        meta, path = fields[i].decode(), fields[i + 1].decode("utf-8", "surrogateescape")
-        old_mode, new_mode, old, new, status = meta.lstrip(":").split()[:5]
-        old_blob = old if old != null and old_mode in BLOB_MODES else None
-        new_blob = new if new != null and new_mode in BLOB_MODES else None
-        if old_blob is None and new_blob is None:
-            continue  # submodules, symlinks
-        changes.append(Change(status[0], path, old_blob, new_blob))
-    return changes
+@dataclass(frozen=True)
+class TreeDiff:
+    """One path that differs between two trees; ``old``/``new`` None where it is absent."""
+
+    path: str
+    old: Entry | None
+    new: Entry | None
+
+
+def tree_files(git: Git, tree_ish: str, *pathspecs: str) -> dict[str, Entry]:
+    """Every non-tree entry of ``tree_ish`` (under ``pathspecs``, taken literally), by path:
+    one streamed ``ls-tree -r``, LimitError past ``git.max_paths``."""
+    specs = [f":(literal){spec}" for spec in pathspecs]
+    out = git.listing("ls-tree", "-r", "-z", "--full-tree", tree_ish, "--", *specs)
+    found = {}
+    for record in filter(None, out.split(b"\0")):
+        meta, _, name = record.partition(b"\t")
+        mode, _kind, oid = meta.decode("ascii", "replace").split()
+        found[name.decode("utf-8", "surrogateescape")] = Entry(mode, oid)
+    return found
+
+
+def diff_trees(git: Git, old: str, new: str, *pathspecs: str) -> list[TreeDiff]:
+    """The paths whose entry differs between two tree-ishes, in byte order (what ``diff-tree
+    -r --no-renames`` reports, from two bounded listings)."""
+    before, after = tree_files(git, old, *pathspecs), tree_files(git, new, *pathspecs)
+    paths = sorted(before.keys() | after.keys(), key=lambda p: p.encode("utf-8",
+                                                                         "surrogateescape"))
+    return [TreeDiff(p, before.get(p), after.get(p)) for p in paths
+            if before.get(p) != after.get(p)]

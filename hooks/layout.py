@@ -33,6 +33,8 @@ from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import valid_run
 from snapops.formats.generation.source import FILE, entry_kind, safe_relpath
 
+from .gitio import diff_trees
+
 SNAPSHOTS, LEDGERS, RETENTION = "snapshots", "ledger", "retention"
 LEDGER_SUFFIX, RECORD_SUFFIX = ".ledger", ".retention"
 
@@ -59,20 +61,13 @@ class Sorted:
     problems: list[FormatError] = field(default_factory=list)
 
 
-def tree_changes(git, old_tree: str, new_tree: str) -> list[TreeChange]:
-    """Every path that differs between two tree-ish objects, whatever its kind (``diff-tree
-    -r``: regular files, symlinks and submodules alike; renames split into delete + add)."""
-    out = git.run("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", old_tree, new_tree)
-    fields = out.split(b"\0")
-    null = git.null_oid()
-    changes = []
-    for i in range(0, len(fields) - 1, 2):
-        old_mode, new_mode, old, new, _status = fields[i].decode("ascii").lstrip(":").split()[:5]
-        path = fields[i + 1].decode("utf-8", "surrogateescape")
-        changes.append(TreeChange(path, None if old == null else old, None if new == null else new,
-                                  None if old == null else entry_kind(old_mode),
-                                  None if new == null else entry_kind(new_mode)))
-    return changes
+def tree_changes(git, old_tree: str, new_tree: str, *pathspecs: str) -> list[TreeChange]:
+    """Every path (under ``pathspecs``) that differs between two tree-ish objects, whatever
+    its kind (regular files, symlinks and submodules alike; a rename is a delete and an add),
+    at most ``snapops.maxPaths`` on each side (:func:`~snapops.hooks.gitio.diff_trees`)."""
+    return [TreeChange(d.path, d.old and d.old.oid, d.new and d.new.oid,
+                       d.old and entry_kind(d.old.mode), d.new and entry_kind(d.new.mode))
+            for d in diff_trees(git, old_tree, new_tree, *pathspecs)]
 
 
 def sort_changes(changes: list[TreeChange]) -> Sorted:

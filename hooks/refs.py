@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import gen_text, parse_manifest, valid_run
 from snapops.formats.generation.manifest import MAX_BYTES, parse_gen_text
 from snapops.formats.generation.verify import manifest_path
@@ -100,7 +100,11 @@ def check_ledgers_kept(git, update: RefUpdate, base: str, before: str) -> list[F
     """Every ledger at ``base`` is kept, line for line, at the new tip (one ``diff-tree``
     finds the ledgers that differ)."""
     problems: list[FormatError] = []
-    for change in tree_changes(git, base, update.new):
+    try:
+        changes = tree_changes(git, base, update.new, LEDGERS)
+    except LimitError as exc:   # a tree bomb under ledger/
+        return [exc]
+    for change in changes:
         top, _, rest = change.path.partition("/")
         if top != LEDGERS or not rest.endswith(LEDGER_SUFFIX) or change.old is None:
             continue

@@ -11,6 +11,9 @@ server's bare repository config, or ``git -c`` for one run) and passed around fr
   to the staged blob id in place instead of inflating the blob (faster; a local check).
 * ``snapops.maxBlobSize`` (int, ``k``/``m``/``g`` suffixes; default 4 GiB): the largest blob a
   hook reads or writes to its scratch folder; a larger one is refused before it is read.
+* ``snapops.maxPaths`` (int; default 200,000): the most paths one listing of a tree (a
+  commit's changes, a run's folder) may name; more is refused, since a pushed tree of a few
+  hundred bytes can stand for billions of paths.
 * ``snapops.protectedBranch`` (branch name; default: the branch HEAD names): a created ref must
   extend its ledgers, and it cannot be deleted.
 * ``snapops.verbose`` (bool): print one line per verified generation, with its notes.
@@ -34,13 +37,14 @@ from pathlib import Path
 from snapops.formats.errors import ConfigError
 from snapops.formats.generation.source import DEFAULT_MAX_BLOB
 from snapops.formats.generation.verify import GenerationOptions
+from snapops.formats.gitcmd import MAX_LISTED_PATHS
 from snapops.formats.keys import coerce_hmac_key, coerce_trusted
 
 from .gitio import Git
 
 KEYS = ("snapops.trustedKeys", "snapops.requireSignature", "snapops.hmacKey",
-        "snapops.requireHmac", "snapops.useWorktree", "snapops.maxBlobSize", "snapops.protectedBranch",
-        "snapops.verbose")
+        "snapops.requireHmac", "snapops.useWorktree", "snapops.maxBlobSize", "snapops.maxPaths",
+        "snapops.protectedBranch", "snapops.verbose")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class RepoConfig:
     require_hmac: bool = False
     use_worktree: bool = True
     max_blob_size: int = DEFAULT_MAX_BLOB
+    max_paths: int = MAX_LISTED_PATHS
     protected_branch: str | None = None
     verbose: bool = False
 
@@ -95,7 +100,7 @@ def _size(git: Git, key: str, default: int) -> int:
         return default
     value = int(values[-1])
     if value < 1:
-        raise ConfigError(f"git config {key}: must be at least 1 byte, got {value}")
+        raise ConfigError(f"git config {key}: must be at least 1, got {value}")
     return value
 
 
@@ -130,6 +135,7 @@ def load_repo_config(git: Git) -> RepoConfig:
         require_hmac=_bool(git, "snapops.requireHmac", False),
         use_worktree=_bool(git, "snapops.useWorktree", True),
         max_blob_size=_size(git, "snapops.maxBlobSize", DEFAULT_MAX_BLOB),
+        max_paths=_size(git, "snapops.maxPaths", MAX_LISTED_PATHS),
         protected_branch=_branch(git),
         verbose=_bool(git, "snapops.verbose", False),
     )

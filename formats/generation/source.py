@@ -129,7 +129,8 @@ def entry_kind(mode: str) -> str:
 
 class GitTreeSource:
     """A commit's tree in a repository, read with git plumbing through ``git`` (an object with
-    ``run(*args) -> bytes`` and ``open_blob(oid)``, e.g. :class:`snapops.hooks.gitio.Git`).
+    ``run(*args) -> bytes``, ``listing(*args) -> bytes`` (bounded) and ``open_blob(oid)``,
+    e.g. :class:`snapops.hooks.gitio.Git`).
     Blobs are materialised under ``scratch`` (which must exist and be private) only after their
     path was validated and their size checked against ``max_blob``. ``keep``: a materialised
     blob stays in ``scratch`` until the caller removes it, and later reads of that path use
@@ -163,8 +164,8 @@ class GitTreeSource:
         """Every entry under ``folder`` with its kind and size (one ``ls-tree``); a path that
         is not :func:`safe_relpath` (a crafted tree with ``..`` entries) fails here."""
         spec = f"{safe_relpath(folder)}/"
-        out = self.git.run("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
-                           f":(literal){spec}")
+        out = self.git.listing("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
+                               f":(literal){spec}")
         found = {}
         for record in filter(None, out.split(b"\0")):
             meta, _, name = record.partition(b"\t")

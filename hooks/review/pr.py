@@ -53,12 +53,11 @@ def changed_runs(git, base: str, head: str) -> list[str]:
     """Runs with a file changed between ``base`` and ``head`` under ``snapshots/<run>/`` or
     ``ledger/<run>.ledger`` (byte-wise order)."""
     from snapops.formats.generation import valid_run
+    from snapops.hooks.gitio import diff_trees
 
-    out = git.run("diff", "--name-only", "-z", "--no-renames", base, head, "--",
-                  "snapshots", "ledger")
     runs = set()
-    for raw in filter(None, out.split(b"\0")):
-        parts = raw.decode("utf-8", "surrogateescape").split("/")
+    for change in diff_trees(git, base, head, "snapshots", "ledger"):
+        parts = change.path.split("/")
         if parts[0] == "snapshots" and len(parts) >= 3:
             name = parts[1]
         elif parts[0] == "ledger" and len(parts) == 2 and parts[1].endswith(".ledger"):
@@ -93,7 +92,7 @@ def review_pull_request(repo: str | os.PathLike, base: str, head: str, out: str 
     from .generation import Thresholds, open_git_side, review_generations
     from ._plot import plot_generation
 
-    git = Git(repo)
+    git = Git(repo, max_paths=cfg.max_paths)
     folder = Path(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)

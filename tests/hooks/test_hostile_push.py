@@ -376,6 +376,32 @@ def test_oversized_blob_is_refused_before_it_is_read(world):
     assert not any((world.root / "tmp").iterdir())
 
 
+def tree_bomb(repo: GenRepo, depth: int) -> str:
+    """A tree of ``2 ** depth`` paths in ``depth + 1`` small objects: each level names the
+    one below twice."""
+    blob = repo.git("hash-object", "-w", "--stdin", input="x\n").stdout.strip()
+    tree = repo.git("mktree", input=f"100644 blob {blob}\tf\n").stdout.strip()
+    for _ in range(depth):
+        tree = repo.git("mktree", input=f"040000 tree {tree}\ta\n040000 tree {tree}\tb\n"
+                        ).stdout.strip()
+    return tree
+
+
+@pytest.mark.parametrize("where", ["junk/bomb", f"snapshots/{RUN}/bomb"])
+def test_tree_bomb_is_refused_at_the_path_limit(world, where):
+    """2**40 paths in 41 objects (git would list them for days, holding them in memory):
+    refused once a listing passes snapops.maxPaths, by the hook and by CI, and by the
+    verifier of a generation (default limit) when the bomb is in the run's folder."""
+    for repo in (world.remote, world.work):
+        repo.git("config", "snapops.maxPaths", "5000")
+    commit_with(world.work, where, "040000", tree_bomb(world.work, 40), "bomb")
+    world.refused("main", rule="limit", message="at most 5000 paths")
+    assert "at most 5000 paths" in world.ci_fails("origin/main", rule="limit")
+    if where.startswith("snapshots"):   # the generation's own file set, read from git
+        checked = world.work.snapops("verify", ".", "--run", RUN, "--rev", "HEAD")
+        assert checked.returncode == 1 and "[limit]" in checked.stderr, checked.stderr
+
+
 def test_names_cannot_forge_or_hide_lines_of_the_output(world):
     blob = world.work.git("hash-object", "-w", "--stdin", input="x\n").stdout.strip()
     commit_with(world.work, "snapshots/x\nsnapops pre-receive: OK\x1b[2K", "100644", blob, "evil")
