@@ -36,7 +36,7 @@ def register(sub) -> None:
     p = add_command(
         sub, "hooks", help="install or uninstall the snapshot-verifying git hooks",
         description="Hooks call `snapops hook NAME`; settings come from `git config snapops.*` "
-                    "(trustedKeys, requireSignature, hmacKey, requireHmac, maxBlobSize, "
+                    "(trustedKeys, requireSignature, hmacKey, requireHmac, maxBlobSize, maxPaths, "
                     "protectedBranch, useWorktree, verbose).",
         example="snapops hooks install . && git config snapops.trustedKeys keys/", func=None)
 
