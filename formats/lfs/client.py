@@ -20,8 +20,10 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import secrets
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,6 +38,8 @@ from snapops.formats.errors import LfsError
 MEDIA = "application/vnd.git-lfs+json"
 MAX_JSON = 16 << 20
 BLOCK = 1 << 20
+LOW_SPEED = (64 << 10, 60.0)   # a transfer bringing fewer bytes than this in as many seconds
+                               # is given up
 BATCH_MAX = 100        # objects per batch call, as git-lfs sends them
 TRANSFERS = 4          # downloads at a time
 
@@ -70,14 +74,18 @@ def lfs_url_for(remote_url: str) -> str:
 
 class LfsClient:
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,
-                 progress: Callable[[int], object] | None = None) -> None:
+                 progress: Callable[[int], object] | None = None,
+                 low_speed: tuple[int, float] = LOW_SPEED) -> None:
         """``progress(nbytes)`` is called as downloaded bytes arrive (from several threads,
-        one call at a time)."""
+        one call at a time). ``low_speed`` (bytes, seconds): a download that brings fewer
+        bytes than that in any such span is ended (``timeout`` bounds one silent read only:
+        a server trickling a byte now and then would hold a download for ever)."""
         if not url.startswith(("http://", "https://")):
             raise LfsError(f"LFS url must be http(s): {redact_url(url)!r}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.low_speed = low_speed
         self.progress = progress
         self._progress_lock = threading.Lock()
         self.uploaded = 0      # objects sent by this client (PUT)
@@ -156,13 +164,14 @@ class LfsClient:
         if action is None:
             raise LfsError(f"LFS server offers no download of object {oid}")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        # a name nobody can guess, created new ("x"): never a planted symlink's target
-        tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.part")
+        tmp = download_temp(dest)
         h, got = hashlib.sha256(), 0
         try:
             with self._open("GET", action["href"], None, _headers(action)) as resp, \
                     open(tmp, "xb") as out:
+                pace = Pace(*self.low_speed, f"LFS object {oid}")
                 while block := _read(resp, BLOCK, f"LFS object {oid}"):
+                    pace.add(len(block))
                     got += len(block)
                     if got > size:
                         raise LfsError(f"LFS object {oid}: server sent more than {size} bytes")
@@ -201,8 +210,15 @@ class LfsClient:
                            f"{redact_url(str(reason))[:200]}") from None
 
     def _request(self, method: str, url: str, body, headers: dict) -> bytes:
+        """The answer's body: at most ``MAX_JSON`` + 1 bytes, at the ``low_speed`` pace."""
+        what = f"LFS {method} {redact_url(url)[:200]}"
+        data, pace = bytearray(), Pace(*self.low_speed, what)
         with self._open(method, url, body, headers) as resp:
-            return _read(resp, MAX_JSON + 1, f"LFS {method} {redact_url(url)[:200]}")
+            while len(data) <= MAX_JSON and (block := _read(resp, MAX_JSON + 1 - len(data),
+                                                            what)):
+                pace.add(len(block))
+                data += block
+        return bytes(data)
 
     def _json(self, method: str, url: str, body: bytes, headers: dict) -> dict:
         data = self._request(method, url, body, headers)
@@ -266,11 +282,41 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     return parts.scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
 
 
+def download_temp(dest: Path) -> Path:
+    """Where ``dest`` is downloaded before it is checked and renamed: a name nobody can guess,
+    created new (``open(..., "xb")``), so never a planted symlink's target."""
+    return dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.part")
+
+
+DOWNLOAD_TEMP = re.compile(r"\.[0-9a-f]{64}\.[0-9a-f]{16}\.part")   # of an object's download
+
+
+class Pace:
+    """Ends a transfer that brings fewer than ``least`` bytes in a span of ``span`` seconds
+    (curl's --speed-limit / --speed-time)."""
+
+    def __init__(self, least: int, span: float, what: str) -> None:
+        self.least, self.span, self.what = least, span, what
+        self.since, self.seen = time.monotonic(), 0
+
+    def add(self, n: int) -> None:
+        self.seen += n
+        now = time.monotonic()
+        if now - self.since < self.span:
+            return
+        if self.seen < self.least:
+            raise LfsError(f"{self.what}: the server sent {self.seen} bytes in "
+                           f"{now - self.since:.0f} s (at least {self.least} expected): too "
+                           "slow, given up")
+        self.since, self.seen = now, 0
+
+
 def _read(resp, size: int, what: str) -> bytes:
-    """Up to ``size`` bytes of a response; a connection cut or a malformed chunk mid-body
+    """Up to ``size`` bytes of a response, as soon as some arrive (``read1``: a slow server
+    is seen by :class:`Pace`); a connection cut or a malformed chunk mid-body
     (``IncompleteRead``, a reset, a timeout, a chunk size that is not hex) is an LfsError."""
     try:
-        return resp.read(size)
+        return resp.read1(size)
     except (http.client.HTTPException, OSError, ValueError) as exc:
         raise LfsError(f"{what}: the answer broke off ({type(exc).__name__}: "
                        f"{str(exc)[:120]})") from None

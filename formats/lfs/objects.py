@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,12 +50,13 @@ from snapops.formats.generation.residual import (
 )
 from snapops.formats.limits import DEFAULT_LIMITS, check_declared
 
-from .client import LfsClient
+from .client import DOWNLOAD_TEMP, LfsClient
 
 IN_FLIGHT = 2           # residuals decoded at once, each into its own reused buffer
 SPARE_BUFFERS = 8       # shard-sized buffers kept between shards (two rebuilt at once)
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+STALE_DOWNLOAD = 3600.0  # seconds unwritten: a download temp a killed process left behind
 
 
 class _Spares:
@@ -122,6 +124,18 @@ class ObjectStore:
         self._hashed: dict[str, tuple[int, int, int, str]] = {}   # path -> stat, SHA-256
         self._spares = _Spares()
         self._discarded: set[str] = set()     # cached files whose bytes were not their name
+        self._sweep_stale_downloads()
+
+    def _sweep_stale_downloads(self) -> None:
+        """Remove the temp files of downloads a killed process left (a live one's is written
+        to at least once a minute: see the client's low-speed limit)."""
+        cutoff = time.time() - STALE_DOWNLOAD
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if DOWNLOAD_TEMP.fullmatch(entry.name) and \
+                        entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
 
     def path(self, sha: str) -> Path:
         if not _HEX64.fullmatch(sha or ""):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -72,6 +73,63 @@ def test_a_server_error_text_is_one_short_line(lfs, tmp_path):
                                        r" \[2J$") as raised:
         client.download(OID, SIZE, tmp_path / OID)
     assert len(str(raised.value)) < 200
+
+
+def trickle(handler, body: bytes, pause: float = 0.05) -> None:
+    """Headers at once, then the body a byte at a time: never a silence the socket timeout
+    would end."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Content-Type", "application/vnd.git-lfs+json")
+    handler.end_headers()
+    try:
+        for i in range(len(body)):
+            handler.wfile.write(body[i:i + 1])
+            handler.wfile.flush()
+            time.sleep(pause)
+    except (BrokenPipeError, ConnectionResetError):   # the client gave up: what is tested
+        pass
+
+
+@pytest.mark.parametrize("slow", ["object", "batch answer"])
+def test_a_server_trickling_bytes_is_given_up(lfs, tmp_path, slow):
+    """A byte every 50 ms keeps every read within the socket timeout; the download (or the
+    batch answer) is ended once a span brings fewer bytes than the low-speed limit."""
+    action = {"href": f"{lfs.url}/objects/{OID}"}
+    answer = json.dumps({"objects": [{"oid": OID, "actions": {"download": action}}]}).encode()
+
+    def serve(handler):
+        if handler.path.endswith("/objects/batch"):
+            trickle(handler, answer) if slow == "batch answer" else \
+                batch_answer(json.loads(answer))(handler)
+        else:
+            trickle(handler, DATA)
+    lfs.answer = serve
+    client = LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN, low_speed=(1000, 0.3))
+    where = rf"LFS object {OID}" if slow == "object" else r"LFS POST http://127\.0\.0\.1:\d+/"
+    with pytest.raises(LfsError, match=rf"{where}.*: the server sent \d+ bytes in 0 s \(at "
+                                       r"least 1000 expected\): too slow, given up"):
+        client.download(OID, SIZE, tmp_path / OID)
+    assert list(tmp_path.iterdir()) == []
+    if slow == "object":   # a byte per 50 ms is fast enough for a limit of 1 byte per 0.3 s
+        LfsClient(f"{lfs.url}/r.git/info/lfs", token=TOKEN, low_speed=(1, 0.3)).download(
+            OID, SIZE, tmp_path / OID)
+        assert (tmp_path / OID).read_bytes() == DATA
+
+
+def test_download_temps_a_killed_restore_left_are_swept_live_ones_kept(tmp_path):
+    """A kept --lfs-cache: a temp untouched for over an hour is a killed process's; a fresh
+    one may be another restore's download in progress; other files are never touched."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old, live = cache / f".{OID}.{'a' * 16}.part", cache / f".{OID}.{'b' * 16}.part"
+    other = cache / f".{OID}.{os.getpid()}.tmp"
+    for path in (old, live, other):
+        path.write_bytes(b"partial")
+    for path in (old, other):
+        os.utime(path, (time.time() - 7200,) * 2)
+    ObjectStore(cache)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([live.name, other.name])
 
 
 def test_a_malformed_answer_to_the_committers_check_is_a_typed_error(lfs, tmp_path):
