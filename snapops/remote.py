@@ -57,6 +57,15 @@ FETCH_CONFIG = ("-c", "fetch.unpackLimit=1", "-c", "core.bigFileThreshold=1")
 # A local remote's upload-pack runs here: no delta search among shards and no deflate of
 # bytes that do not compress (a 128 MiB generation: 83 s -> 3.5 s on a loaded 2-core VM).
 LOCAL_UPLOAD_PACK = "git -c pack.window=0 -c pack.compression=0 upload-pack"
+# A remote that accepts the connection and then sends nothing (or stops mid-pack) would hold
+# ls-remote or fetch forever: git has no such limit for git:// or ssh://, nor by default for
+# http(s)://. Seconds without a byte moved by git or its helpers, as the daemon's ls-remote.
+STALL_SECONDS = 60.0
+
+
+class NotACommit(ConfigError):
+    """A tag, branch or revision that exists but names no commit (a tree, a blob): that
+    generation's fault, so ``latest_verified`` skips it instead of giving up."""
 
 
 def gen_tag(run: str, gen: int) -> str:
@@ -183,8 +192,12 @@ class Repository:
         if self.url is None:
             refs = ref_lines(self.git.run("for-each-ref", "--format=%(refname)", pattern))
         else:
-            out = self._git("ls-remote", "--tags", "--refs", "--end-of-options", self.url,
-                            pattern, what="ls-remote").stdout
+            try:
+                out = self._git("ls-remote", "--tags", "--refs", "--end-of-options", self.url,
+                                pattern, what="ls-remote").stdout
+            except GitError as exc:
+                raise ConfigError(f"{self.shown}: cannot list the tags of run {run}: "
+                                  f"{exc}") from None
             refs = [line.split("\t", 1)[-1] for line in ref_lines(out)]
         gens = set()
         for ref in refs:
@@ -223,7 +236,7 @@ class Repository:
         if self.url is None:
             commit = self.git.resolve(f"{spec}^{{commit}}")
             if commit is None:
-                raise ConfigError(f"{self.shown}: no {what} there (or it names no commit)")
+                raise NotACommit(f"{self.shown}: no {what} there (or it names no commit)")
             return commit
         if spec != "HEAD" and not _HEX_OID.fullmatch(spec):
             ok = run_git(["check-ref-format", "--allow-onelevel", spec], check=False).ok
@@ -233,7 +246,7 @@ class Repository:
         self._fetch(spec, FETCHED, what)
         commit = self.git.resolve(f"{FETCHED}^{{commit}}")
         if commit is None:
-            raise ConfigError(f"{self.shown}: {what} does not name a commit")
+            raise NotACommit(f"{self.shown}: {what} does not name a commit")
         return commit
 
     def _fetch(self, spec: str, ref: str, what: str, *, check: bool = True) -> bool:
@@ -251,7 +264,11 @@ class Repository:
         return True
 
     def _git(self, *args: str, what: str):
+        # http(s) also gives up on its own below 1 byte/s for that long
+        low_speed = ("-c", "http.lowSpeedLimit=1",
+                     "-c", f"http.lowSpeedTime={max(1, round(STALL_SECONDS))}")
         try:
-            return run_git(args, cwd=self.git.cwd, what=what, redact=self._redact)
+            return run_git((*low_speed, *args), cwd=self.git.cwd, what=what,
+                           stall=STALL_SECONDS, redact=self._redact)
         except GitError as exc:   # git spells the URL its own way too (a trailing slash...)
             raise GitError(redact_url(str(exc))) from None

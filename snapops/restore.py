@@ -38,12 +38,15 @@ from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.verify import GenerationOptions
 from snapops.formats.model import Snapshot
 
-from .remote import Repository, check_run, gen_tag, open_repository
+from .remote import NotACommit, Repository, check_run, gen_tag, open_repository
 from .restore_lfs import LfsAccess, LfsSettings
 
 __all__ = ["RestoreFailed", "generation_options", "latest_verified", "load_generation"]
 
 _FIELDS = {f.name for f in dataclasses.fields(GenerationOptions)} - {"memo", "expect_prev"}
+# Generations latest_verified tries at most: whoever can push tags can push thousands of
+# bogus ones above the real generations, each one a fetch and a failed verification.
+MAX_TRIED = 100
 
 
 class RestoreFailed(FormatError):
@@ -108,8 +111,9 @@ def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = 
                     lfs_progress: Progress | None = None,
                     **options: Any) -> tuple[Snapshot, list[tuple[int, str]]]:
     """The newest generation of ``run`` (by its tags) that verifies, and ``(gen, reason)`` for
-    each newer one skipped (one pruned by retention: that reason); RestoreFailed (with
-    ``skipped``) when none does. LFS options as :func:`load_generation`."""
+    each newer one skipped (one pruned by retention: that reason; a tag on a tree or a blob
+    too); RestoreFailed (with ``skipped``) when none of the newest :data:`MAX_TRIED` does.
+    LFS options as :func:`load_generation`."""
     opts = generation_options(**options)
     check_run(run)
     skipped: list[tuple[int, str]] = []
@@ -117,15 +121,25 @@ def latest_verified(repo_or_url: str | os.PathLike, run: str, *, verify: bool = 
     with open_repository(repo_or_url) as repo:
         lfs = LfsAccess(repo, settings)
         gens = repo.generations(run)
-        for gen in gens:
+        for gen in gens[:MAX_TRIED]:
             try:
                 return _load(repo, lfs, run, gen, None, verify, opts, progress), skipped
             except RestoreFailed as exc:
                 skipped.append((gen, str(exc.failure)))
+            except NotACommit as exc:     # a tag on a tree or a blob
+                skipped.append((gen, str(exc)))
         shown = repo.shown
-    raise RestoreFailed(shown, f"no generation tag of run {run} verifies"
-                        if gens else f"no generation tag of run {run} ({gen_tag(run, 1)}...)",
-                        skipped)
+    raise RestoreFailed(shown, _none_verifies(run, gens), skipped)
+
+
+def _none_verifies(run: str, gens: list[int]) -> str:
+    if not gens:
+        return f"no generation tag of run {run} ({gen_tag(run, 1)}...)"
+    if len(gens) > MAX_TRIED:
+        return (f"none of the newest {MAX_TRIED} generation tags of run {run} verifies; "
+                f"{len(gens) - MAX_TRIED} older ones not tried (from gen {gens[MAX_TRIED]} "
+                "down: restore one of them by its gen)")
+    return f"no generation tag of run {run} verifies"
 
 
 def _load(repo: Repository, lfs: LfsAccess, run: str, gen: int | None, rev: str | None,

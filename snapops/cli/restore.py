@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import time
 
@@ -18,7 +20,31 @@ def verify_fields(args) -> dict:
             "lfs_token_file": args.lfs_token_file, "lfs_cache": args.lfs_cache}
 
 
+@contextlib.contextmanager
+def terminated_as_interrupted():
+    """SIGTERM ends the restore as Ctrl-C does, so the private repository (a whole fetched
+    generation), the scratch copies and a half-written output are removed on the way out
+    instead of left behind; the previous handler is back afterwards."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:          # not the main thread: the caller handles its signals
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run(args) -> int:
+    with terminated_as_interrupted():
+        return restore(args)
+
+
+def restore(args) -> int:
     from snapops.formats.registry import handler_for_suffix
     from snapops.restore import RestoreFailed, latest_verified, load_generation
 
@@ -89,7 +115,7 @@ def add_arguments(p) -> None:
     which.add_argument("--gen", type=generation, help="generation number (its tag RUN/gen-NNNNNN)")
     which.add_argument("--rev", help="a commit-ish (from a URL: a tag, a branch or a full id)")
     which.add_argument("--latest-verified", action="store_true",
-                       help="the newest generation tag that verifies")
+                       help="the newest generation tag that verifies (of the newest 100)")
     p.add_argument("-o", "--output", "--out", dest="output", required=True, metavar="OUT",
                    help="output file; its suffix picks the format")
     add_key_options(p)
