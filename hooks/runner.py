@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Mapping, TextIO
 
-from snapops.formats.errors import ConfigError, LimitError, printable
+from snapops.formats.errors import ConfigError, LimitError, UsageError, printable
 
 from .check import Checker, Outcome, parse_updates
 from .gitio import Git
@@ -106,14 +106,16 @@ def run_pre_receive(git: Git, stdin: str, out: TextIO) -> int:
 def run_framework(git: Git, env: Mapping[str, str], out: TextIO) -> int:
     """For the pre-commit framework (``pass_filenames: false``): its pre-push stage passes
     the range in PRE_COMMIT_FROM_REF/TO_REF (or, pushing a whole new history, only the
-    branch); any other stage checks the index."""
+    local and remote branch: the ref rules apply to the remote one); any other stage checks
+    the index."""
     frm, to = env.get("PRE_COMMIT_FROM_REF"), env.get("PRE_COMMIT_TO_REF")
     if frm and to:
         return run_range(git, f"{frm}..{to}", out, hook="pre-push")
     branch = env.get("PRE_COMMIT_LOCAL_BRANCH")
     if branch:
         remote = env.get("PRE_COMMIT_REMOTE_NAME", "")
-        stdin = f"{branch} {git.resolve(branch)} {branch} {git.null_oid()}\n"
+        target = env.get("PRE_COMMIT_REMOTE_BRANCH") or branch
+        stdin = f"{branch} {git.resolve(branch)} {target} {git.null_oid()}\n"
         return run_pre_push(git, [remote] if remote else [], stdin, out)
     return run_pre_commit(git, out)
 
@@ -173,10 +175,15 @@ def run_range(git: Git, text: str, out: TextIO, *, hook: str = "ci",
 MAX_UPDATES_INPUT = 64 << 20   # ref update lines on stdin; 100,000 refs take about 15 MiB
 
 
-def read_updates(stdin: TextIO) -> str:
+def read_updates(stdin: TextIO | None, hook: str) -> str:
     """The ref update lines git writes to a hook's stdin, read as bytes (a hostile stream of
     any bytes is parsed, and refused, line by line) and bounded (LimitError beyond
-    ``MAX_UPDATES_INPUT``)."""
+    ``MAX_UPDATES_INPUT``). UsageError when stdin is closed or a terminal (run by hand: git
+    always pipes them), rather than a crash or a silent wait."""
+    if stdin is None or stdin.isatty():
+        raise UsageError(f"snapops hook {hook} reads git's ref update lines on standard input, "
+                         "which is a terminal or closed: pipe them in (see `snapops hook "
+                         "--help`)")
     source = getattr(stdin, "buffer", stdin)
     data = source.read(MAX_UPDATES_INPUT + 1)
     if len(data) > MAX_UPDATES_INPUT:
@@ -193,9 +200,9 @@ def run_hook(name: str, args: list[str], *, repo: str = ".", stdin: TextIO | Non
     if name == "pre-commit":
         return run_pre_commit(git, out)
     if name == "pre-push":
-        return run_pre_push(git, args, read_updates(stdin), out)
+        return run_pre_push(git, args, read_updates(stdin, name), out)
     if name == "pre-receive":
-        return run_pre_receive(git, read_updates(stdin), out)
+        return run_pre_receive(git, read_updates(stdin, name), out)
     if name == "pre-commit-framework":
         return run_framework(git, os.environ if env is None else env, out)
     raise ValueError(f"unknown hook {name!r}")
