@@ -16,6 +16,10 @@ bytes out, typed errors naming the line); ``encrypt_io`` / ``decrypt_io`` stream
 
 Passphrase mode (``passphrase=``) holds the whole input in memory, because pyrage offers no
 streaming passphrase API; it is bounded by ``max_passphrase_bytes`` and raises LimitError past it.
+
+Decryption reads the age header ahead and refuses, before pyrage sees it, a header over
+``MAX_HEADER_BYTES`` (64 KiB) and an scrypt work factor over ``max_work_factor`` (default
+``MAX_WORK_FACTOR``, 20: 1 GiB and seconds of scrypt), as LimitError naming the offset.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ._codec import (
     BEGIN, BLOCK_BYTES, BYTES_PER_LINE, COLUMNS, END, LINES_PER_BLOCK, MAX_WHITESPACE, TEXT_BLOCK,
     ArmorDecoder, ArmorEncoder, is_armored,
 )
+from ._header import MAX_HEADER_BYTES, MAX_WORK_FACTOR
 from ._keys import load_identities, load_recipients, parse_recipient
 from ._stream import (
     MAX_PASSPHRASE_BYTES, Progress, decrypt_file, decrypt_io, encrypt_file, encrypt_io,
@@ -31,7 +36,7 @@ from ._stream import (
 
 __all__ = [
     "BEGIN", "END", "COLUMNS", "BYTES_PER_LINE", "LINES_PER_BLOCK", "BLOCK_BYTES", "TEXT_BLOCK",
-    "MAX_WHITESPACE", "MAX_PASSPHRASE_BYTES", "Progress",
+    "MAX_WHITESPACE", "MAX_PASSPHRASE_BYTES", "MAX_HEADER_BYTES", "MAX_WORK_FACTOR", "Progress",
     "ArmorEncoder", "ArmorDecoder", "is_armored",
     "parse_recipient", "load_recipients", "load_identities",
     "encrypt_io", "decrypt_io", "encrypt_file", "decrypt_file",

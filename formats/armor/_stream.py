@@ -17,6 +17,9 @@ from ..errors import DecryptionError, FormatError, KeyMaterialError, LimitError,
 from ._codec import (
     BEGIN, BLOCK_BYTES, MAX_WHITESPACE, TEXT_BLOCK, ArmorDecoder, ArmorEncoder, is_armored,
 )
+from ._header import (
+    MAGIC, MAX_WORK_FACTOR, check_header_size, check_start, check_work_factors,
+)
 from ._keys import load_identities, parse_recipient
 
 MAX_PASSPHRASE_BYTES = 256 * 1024 * 1024
@@ -43,6 +46,10 @@ class _Source:
         chunk = self._data[self._off:end]
         self._off += len(chunk)
         return chunk
+
+    def unread(self, data: bytes) -> None:
+        """Serve ``data`` again before what is left (a header read ahead to check it)."""
+        self._data, self._off = data + self._data[self._off:], 0
 
     def _refill(self) -> None:
         if self.error is not None:
@@ -157,13 +164,16 @@ def encrypt_io(reader: BinaryIO, writer: BinaryIO, recipients: Sequence[str] = (
 def decrypt_io(reader: BinaryIO, writer: BinaryIO, identities: Sequence = (), *,
                passphrase: str | None = None, name: str = "<input>",
                progress: Progress | None = None,
-               max_passphrase_bytes: int = MAX_PASSPHRASE_BYTES) -> None:
+               max_passphrase_bytes: int = MAX_PASSPHRASE_BYTES,
+               max_work_factor: int = MAX_WORK_FACTOR) -> None:
     """Decrypt armored (or binary) age from ``reader`` to ``writer``, in bounded memory.
 
     ``identities`` come from :func:`load_identities`; or give ``passphrase`` alone. Raises
-    FormatError/TruncatedError for bad armor and DecryptionError for a wrong key or passphrase
-    or a damaged payload; ``name`` labels the input in messages. ``writer`` may already hold
-    part of the plaintext when an error is raised: :func:`decrypt_file` hides it atomically.
+    FormatError/TruncatedError for bad armor or header, LimitError for a header over 64 KiB or
+    an scrypt work factor over ``max_work_factor``, and DecryptionError for a wrong key or
+    passphrase or a damaged payload; ``name`` labels the input in messages. ``writer`` may
+    already hold part of the plaintext when an error is raised: :func:`decrypt_file` hides it
+    atomically.
 
     Example::
 
@@ -173,6 +183,7 @@ def decrypt_io(reader: BinaryIO, writer: BinaryIO, identities: Sequence = (), *,
     if passphrase is not None:
         _check_passphrase(passphrase, identities)
         source = _ciphertext_source(reader, name, progress)
+        _check_header(source, name, max_work_factor)
         slack = max_passphrase_bytes // 4096 + 4096  # per-chunk tags and header
         ciphertext = _read_bounded(source, max_passphrase_bytes + slack, name)
         try:
@@ -185,6 +196,7 @@ def decrypt_io(reader: BinaryIO, writer: BinaryIO, identities: Sequence = (), *,
     if not identities:
         raise KeyMaterialError("no identities given")
     source, sink = _ciphertext_source(reader, name, progress), _Sink(writer)
+    _check_header(source, name, max_work_factor)
     unmatched = (f"no identity matches a recipient of the file (tried {len(identities)}; "
                  "wrong key, or passphrase-encrypted?)")
     failures = dict.fromkeys(("No matching keys found", "Decryption failed"), unmatched)
@@ -207,6 +219,19 @@ def _ciphertext_source(reader: BinaryIO, name: str, progress: Progress | None) -
     return _Source(reader, decoder, head=head, progress=progress)
 
 
+def _check_header(source: _Source, name: str, max_work_factor: int) -> None:
+    """Read the age header ahead and refuse it if pyrage should not parse it (see _header)."""
+    data, end = b"", None
+    while end is None:
+        chunk = source.read(TEXT_BLOCK)
+        data += chunk
+        if len(data) >= len(MAGIC) or not chunk:
+            check_start(data, name)
+            end = check_header_size(data, name, at_eof=not chunk)
+    check_work_factors(data[:end], name, max_work_factor)
+    source.unread(data)
+
+
 _PASSPHRASE_FAILURES = {
     "Decryption failed": "wrong passphrase",
     "No matching keys found": "not passphrase-encrypted (decrypt it with an identity)",
@@ -215,12 +240,17 @@ _PASSPHRASE_FAILURES = {
 
 def _decryption_error(exc: Exception, name: str, known: dict[str, str]) -> DecryptionError:
     """Name what went wrong from pyrage's message (its exceptions carry nothing else)."""
-    text = str(exc)
+    text = _one_line(str(exc))
     if isinstance(exc, OSError) and not isinstance(exc, pyrage.DecryptError):
         text = "payload failed authentication: the file is corrupted or truncated"
     else:
         text = known.get(text) or f"not a valid age file: {text}"
     return DecryptionError(f"{name}: {text}")
+
+
+def _one_line(text: str) -> str:
+    """pyrage's message on one line, without the bidi isolation marks its translations add."""
+    return " ".join(text.replace("\u2068", "").replace("\u2069", "").split())
 
 
 def _recipient_keys(recipients: Sequence[str]) -> list:
