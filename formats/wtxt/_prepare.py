@@ -38,7 +38,6 @@ class WriteOptions:
     sign_key: object | None = None  # Ed25519PrivateKey
     streaming: bool = False
     audit: str | None = None
-    map_names: bool = False
     threads: int = 2
 
     def resolved_ts(self) -> str:
@@ -59,13 +58,6 @@ class PreparedArray:
     raw: memoryview
     plan: ChunkPlan
     keep: np.ndarray = field(repr=False, default=None)  # owns the bytes ``raw`` points into
-
-
-def map_name(name: str) -> str:
-    """The documented reversible mapping: '.' -> '__' (refused when the name holds '__')."""
-    if "__" in name:
-        raise DataError(f"array {name!r}: cannot map names containing '__' reversibly")
-    return name.replace(".", "__")
 
 
 def unmap_name(name: str) -> str:
@@ -100,24 +92,20 @@ def prepare_arrays(snapshot: Snapshot, opts: WriteOptions) -> list[PreparedArray
     """Validate names and dtypes and compute each array's chunk plan, in byte-wise name order."""
     blocked = opts.row_blocking or opts.rows_per_chunk is not None
     prepared = {}
-    for original, array in snapshot.arrays.items():
-        name = map_name(original) if opts.map_names else original
+    for name, array in snapshot.arrays.items():
         if not NAME.fullmatch(name.encode("ascii", "replace")) or len(name) > MAX_NAME:
-            raise DataError(f"array {original!r}: WTXT names must match [A-Za-z0-9_]+ "
-                            f"(<= {MAX_NAME} chars); use map_names (--map-names) to map '.' "
-                            "to '__'")
-        if name in prepared:
-            raise DataError(f"array {original!r}: two arrays map to the name {name!r}")
+            raise DataError(f"array {name!r}: WTXT names must match [A-Za-z0-9_]+ "
+                            f"(<= {MAX_NAME} chars); snapops.save maps other names itself")
         array = np.asarray(array)
         wdtype = wtxt_dtype(array.dtype)
         if wdtype is None:
-            raise DataError(f"array {original!r}: dtype {array.dtype} is not supported by WTXT "
+            raise DataError(f"array {name!r}: dtype {array.dtype} is not supported by WTXT "
                             "(f64 f32 i64 u64 i32 u32 i16 u16 i8 u8); nothing is cast silently")
         if array.nbytes > MAX_ARRAY_BYTES:
-            raise DataError(f"array {original!r}: {array.nbytes} bytes exceeds the WTXT limit")
+            raise DataError(f"array {name!r}: {array.nbytes} bytes exceeds the WTXT limit")
         span = math.prod(d for d in array.shape if d) * array.itemsize
         if span > MAX_ARRAY_BYTES:
-            raise DataError(f"array {original!r}: shape {array.shape} spans {span} bytes, over "
+            raise DataError(f"array {name!r}: shape {array.shape} spans {span} bytes, over "
                             f"the WTXT limit ({MAX_ARRAY_BYTES})")
         contiguous = le_contiguous(array)
         raw = memoryview(contiguous.reshape(-1).view(np.uint8)) if contiguous.size else memoryview(b"")

@@ -62,7 +62,7 @@ def prepare(snapshot: Snapshot, opts: WtxtOptions) -> tuple[list[PreparedArray],
               if hasattr(opts, f.name) and f.name not in COMMON_META}
     fields.update({k: snapshot.meta[k] for k in COMMON_META
                    if snapshot.meta.get(k) is not None})
-    writer = WriteOptions(**{**fields, "audit": audit, "map_names": False,
+    writer = WriteOptions(**{**fields, "audit": audit,
                              "hmac_key": coerce_hmac_key(opts.hmac_key),
                              "sign_key": coerce_signing_key(opts.sign_key)})
     ts = check_options(writer)
