@@ -155,7 +155,7 @@ def run_lfs_batch(case: Case) -> None:
         for oid, item in zip(LFS_OIDS, client.batch_items(answer, [(o, 1) for o in LFS_OIDS])):
             case.call(client._raise_item_error, item, oid)
             for name in ("upload", "verify", "download"):
-                action = case.call(client._action, item, name, oid)
+                action = case.call(client.offered_action, item, name, oid)
                 if action is not None:
                     client._headers(action)
     case.call(read, case.path.read_bytes())

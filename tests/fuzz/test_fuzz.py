@@ -9,6 +9,7 @@ Long runs: ``python -m tests.fuzz``."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,36 @@ def test_each_kind_of_finding_is_reported_with_its_input(campaign):
                                                        SEED, finding["index"])
     # the cases after a dead one still ran, in a fresh child
     assert all(campaign.stats[name].cases == CASES for name in CANARIES)
+
+
+def test_every_target_runs_its_unmutated_seeds(campaign, tmp_path):
+    """A target that no longer matches the code it drives (a function renamed under it) fails
+    on every input, so the few mutated cases above may all be refused before they reach it:
+    each unmutated seed must run through its target with success or typed refusals only."""
+    from tests.fuzz.targets import Case
+
+    seeds = tmp_path / "seeds"
+    shutil.copytree(campaign.seeds, seeds)
+    for name, target in TARGETS.items():
+        for index, rel in enumerate(target.files):
+            out = tmp_path / "out" / name / str(index)
+            out.mkdir(parents=True)
+            target.run(Case(root=seeds, pristine=seeds, out=out, path=seeds / rel, index=0))
+
+
+def test_lfs_batch_target_reads_an_answer_with_the_clients_own_functions(tmp_path):
+    """Fuzz seed 1001, lfs-batch case 1: the target still called ``client._action``, renamed
+    ``offered_action``, so every answer that offered an action was an AttributeError of the
+    harness and no case reached the action's checks."""
+    from tests.fuzz.seeds import LFS_OIDS
+    from tests.fuzz.targets import Case
+
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps({"transfer": "basic", "objects": [
+        {"oid": LFS_OIDS[0], "size": 12, "actions": {
+            "upload": {"href": "https://lfs.example/o/1", "header": {"A": "x"}},
+            "download": {"href": 5}}},
+        {"oid": LFS_OIDS[1], "size": 3, "error": {"code": 404, "message": "not found"}}]}))
+    case = Case(root=tmp_path, pristine=tmp_path, out=tmp_path, path=path, index=0)
+    TARGETS["lfs-batch"].run(case)
+    assert case.typed == 2          # the download href that is not a string, the 404
