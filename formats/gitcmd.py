@@ -60,7 +60,7 @@ GRACE = 3.0                     # seconds git gets after SIGTERM to remove its t
 ROUND = 0.5                     # seconds the processes signalled in one round get to end
 SETTLE = 0.1                    # seconds their parents get to react before the next round
 _READ = 1 << 16
-# Paths one listing of a tree (ls-tree -r, diff-tree -r...) may name. Trees are shared by id,
+# Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
 # so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
 # git lists for hours; a snapshot repository's commits name thousands.
 MAX_LISTED_PATHS = 200_000
@@ -525,10 +525,11 @@ def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
 
 def run_listing(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
                 env: Mapping[str, str] | None = None, what: str | None = None,
-                max_paths: int = MAX_LISTED_PATHS, nuls_per_path: int = 1) -> bytes:
-    """stdout of a git command that lists paths with ``-z`` (``nuls_per_path`` NULs end each:
-    2 for ``diff-tree``'s raw records), read as it comes; LimitError, git stopped, once it
-    names more than ``max_paths`` paths or more bytes than that many records can hold.
+                max_paths: int = MAX_LISTED_PATHS) -> bytes:
+    """stdout of a git command that lists paths with ``-z`` (``ls-tree -r``: one NUL ends
+    each), read as it comes; LimitError, git stopped, once it names more than ``max_paths``
+    paths or more bytes than that many records can hold. (``diff-tree -r`` is no such
+    command: it collects every path before it prints one.)
 
     Example::
 
@@ -537,13 +538,13 @@ def run_listing(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
         #    most 10 paths, got more
     """
     out, nuls = bytearray(), 0
-    max_nuls, max_bytes = max_paths * nuls_per_path, max_paths * MAX_PATH_BYTES
+    max_bytes = max_paths * MAX_PATH_BYTES
     label = what or " ".join(args[:2])
     with open_git(args, cwd=cwd, env=env, what=label, bufsize=_READ) as stream:
         while block := stream.read(_READ):
             out += block
             nuls += block.count(b"\0")
-            if nuls > max_nuls or len(out) > max_bytes:
+            if nuls > max_paths or len(out) > max_bytes:
                 raise LimitError(f"git {label}: the tree names more paths than snapops lists "
                                  "(a tree repeating its subtrees can stand for billions; raise "
                                  "git config snapops.maxPaths if this one is real)",

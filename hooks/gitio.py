@@ -46,11 +46,11 @@ class Git:
         return run_git(args, cwd=self.cwd, input=input, check=check,
                        what=" ".join(args[:3])).stdout
 
-    def listing(self, *args: str, nuls_per_path: int = 1) -> bytes:
+    def listing(self, *args: str) -> bytes:
         """stdout of ``git args`` listing paths with ``-z``, at most ``max_paths`` of them
         (LimitError beyond: see :func:`~snapops.formats.gitcmd.run_listing`)."""
         return run_listing(args, cwd=self.cwd, what=" ".join(args[:3]),
-                           max_paths=self.max_paths, nuls_per_path=nuls_per_path)
+                           max_paths=self.max_paths)
 
     def text(self, *args: str, check: bool = True) -> str:
         return self.run(*args, check=check).decode("utf-8", "surrogateescape").strip()
