@@ -38,7 +38,7 @@ from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import ref_lines, run_git, run_listing
+from snapops.formats.gitcmd import ref_lines, run_git, run_listing, tree_records
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
@@ -194,20 +194,12 @@ def _parentless_commit(git: NodeGit, commit: str, where: str) -> None:
 
 def _part_size(git: NodeGit, commit: str, where: str) -> int:
     listed = git.run("ls-tree", "-l", "-z", "--full-tree", commit, "--", PART_FILE)
-    entry = _entry(listed.split(b"\0")[0]) if listed else None
-    if entry is None or entry[:2] != ("100644", "blob") or int(entry[2]) > MAX_BYTES:
+    entry = next(tree_records(listed), None)
+    if entry is None or entry[:2] != ("100644", "blob") or entry.size is None \
+            or entry.size > MAX_BYTES:
         raise FormatError("no PART file of a bounded size", path=where, check="fileset",
                           expected=f"a regular file PART of at most {MAX_BYTES} bytes")
-    return int(entry[2])
-
-
-def _entry(record: bytes) -> tuple[str, str, str, str] | None:
-    """(mode, kind, size, path) of one ``ls-tree -l -z`` record."""
-    meta, _, name = record.partition(b"\t")
-    fields = meta.decode("ascii", "replace").split()
-    if len(fields) != 4:
-        return None
-    return fields[0], fields[1], fields[3], name.decode("utf-8", "replace")
+    return entry.size
 
 
 def _check_tree(git: NodeGit, commit: str, want: dict[str, int], where: str) -> None:
@@ -221,11 +213,10 @@ def _check_tree(git: NodeGit, commit: str, want: dict[str, int], where: str) -> 
         raise FormatError("the part's files are not what its PART lists", path=where,
                           check="fileset", expected=exc.expected, got="more") from None
     seen = set()
-    for record in filter(None, listed.split(b"\0")):
-        mode, kind, size, path = _entry(record) or ("?", "?", "?", "?")
+    for mode, kind, _, size, path in tree_records(listed):
         if path in folders and (mode, kind) == ("040000", "tree"):
             continue
-        if path not in want or (mode, kind) != ("100644", "blob") or size != str(want[path]):
+        if path not in want or (mode, kind) != ("100644", "blob") or size != want[path]:
             raise FormatError("the part's files are not what its PART lists",
                               path=f"{where}:{path[:200]}", check="fileset",
                               expected="a regular file (100644) of the listed size",

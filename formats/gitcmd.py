@@ -41,12 +41,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
+from typing import IO, BinaryIO, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from .errors import GitError, LimitError
 
 __all__ = ["GIT_ENV", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children", "invocations",
-           "open_git", "run_git", "run_listing", "summarize"]
+           "open_git", "run_git", "run_listing", "summarize", "TreeRecord", "tree_records"]
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +550,29 @@ def run_listing(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
                                  "git config snapops.maxPaths if this one is real)",
                                  expected=f"at most {max_paths} paths", got="more")
     return bytes(out)
+
+
+class TreeRecord(NamedTuple):
+    """One record of ``ls-tree -z`` output; ``size`` only with ``-l`` and for a blob."""
+
+    mode: str
+    kind: str
+    oid: str
+    size: int | None
+    path: str
+
+
+def tree_records(listed: bytes) -> Iterator[TreeRecord]:
+    """The records of ``ls-tree -z`` output, with or without ``-l`` (the one parser of it);
+    GitError on a record git would not write."""
+    for record in filter(None, listed.split(b"\0")):
+        meta, _, name = record.partition(b"\t")
+        fields = meta.decode("ascii", "replace").split()
+        if len(fields) not in (3, 4):
+            raise GitError(f"git ls-tree: unexpected record {record[:80]!r}")
+        size = fields[3] if len(fields) == 4 else ""
+        yield TreeRecord(fields[0], fields[1], fields[2], int(size) if size.isdigit() else None,
+                         name.decode("utf-8", "surrogateescape"))
 
 
 def _guard_main() -> None:

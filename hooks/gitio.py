@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from snapops.formats.gitcmd import MAX_LISTED_PATHS, open_git, run_git, run_listing
+from snapops.formats.gitcmd import (
+    MAX_LISTED_PATHS, open_git, run_git, run_listing, tree_records,
+)
 from snapops.formats.looseobject import copy_stored_blob
 
 BLOB_MODES = ("100644", "100755")
@@ -199,12 +201,7 @@ def tree_files(git: Git, tree_ish: str, *pathspecs: str) -> dict[str, Entry]:
     one streamed ``ls-tree -r``, LimitError past ``git.max_paths``."""
     specs = [f":(literal){spec}" for spec in pathspecs]
     out = git.listing("ls-tree", "-r", "-z", "--full-tree", tree_ish, "--", *specs)
-    found = {}
-    for record in filter(None, out.split(b"\0")):
-        meta, _, name = record.partition(b"\t")
-        mode, _kind, oid = meta.decode("ascii", "replace").split()
-        found[name.decode("utf-8", "surrogateescape")] = Entry(mode, oid)
-    return found
+    return {r.path: Entry(r.mode, r.oid) for r in tree_records(out)}
 
 
 def diff_trees(git: Git, old: str, new: str, *pathspecs: str) -> list[TreeDiff]:

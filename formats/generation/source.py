@@ -26,6 +26,7 @@ from typing import Iterator, Protocol
 from snapops.formats.atomic import mapped
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.integrity import git_blob_id
+from snapops.formats.gitcmd import tree_records
 
 DEFAULT_MAX_BLOB = 4 << 30
 READ_BLOCK = 1 << 20
@@ -167,11 +168,9 @@ class GitTreeSource:
         out = self.git.listing("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
                                f":(literal){spec}")
         found = {}
-        for record in filter(None, out.split(b"\0")):
-            meta, _, name = record.partition(b"\t")
-            mode, kind, oid, size = meta.decode("ascii", "replace").split()
-            rel = safe_relpath(name.decode("utf-8", "surrogateescape"))
-            found[rel] = Entry(rel, entry_kind(mode), int(size) if size.isdigit() else None, oid)
+        for record in tree_records(out):
+            rel = safe_relpath(record.path)
+            found[rel] = Entry(rel, entry_kind(record.mode), record.size, record.oid)
         self._entries.update(found)
         return found
 
