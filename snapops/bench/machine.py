@@ -6,6 +6,11 @@
   memory: on a virtual machine every new page can cost a fault in the host as well (nested
   virtualization, or a host that takes freed pages back), which a copy into reused memory never
   pays;
+- two composite floors, each on two threads over 32 MiB pieces: SHA-256 and two BLAKE3 passes
+  (what a full verify of a sealed AERO generation hashes: the file against the MANIFEST, then
+  every chunk and every tensor), and a copy into new memory followed by its SHA-256 (what a
+  restore must do at least: git's object files hold the bytes in deflate blocks, so they are
+  copied out, and hashed against the MANIFEST);
 - a file written through the page cache and fsync'd, against the same bytes written with
   ``O_DIRECT`` (no page cache); the file read while not cached, and again from the page cache.
 
@@ -24,6 +29,7 @@ import mmap
 import os
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -43,6 +49,40 @@ def _threads(buf: memoryview, work: Callable[[memoryview], object], count: int) 
         t.start()
     for t in threads:
         t.join()
+
+
+PIECE = 32 << 20         # a shard's size in the generation benches
+
+
+def pieces(buf, size: int = PIECE) -> list[memoryview]:
+    view = memoryview(buf).cast("B")
+    return [view[i:i + size] for i in range(0, len(view), size)]
+
+
+def hash_passes(buffers: list, passes: tuple[str, ...], threads: int = 2) -> None:
+    """Every buffer through every pass (``sha256``, ``blake3``), buffers spread over
+    ``threads`` threads: the hashing a verify must do, with nothing else in the way."""
+    def work(buf) -> None:
+        for name in passes:
+            (hashlib.sha256(buf) if name == "sha256"
+             else blake3.blake3(buf, max_threads=1)).digest()
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, buffers))
+
+
+def fresh_copy_sha256(buffers: list, threads: int = 2) -> None:
+    """Each buffer copied into new anonymous memory, then its SHA-256, on ``threads``
+    threads: the least a restore does with every byte."""
+    def work(buf) -> None:
+        with mmap.mmap(-1, max(1, len(buf))) as fresh:
+            view = memoryview(fresh)[:len(buf)]
+            view[:] = buf
+            hashlib.sha256(view).digest()
+            view.release()
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, buffers))
 
 
 def _first_touch(src: np.ndarray) -> None:
@@ -107,6 +147,9 @@ def run_machine(size: int, workdir: str | None = None, rounds: int = 3) -> dict:
             "blake3_1core": lambda: blake3.blake3(view, max_threads=1).digest(),
             "memory_copy_reused": lambda: np.copyto(reused, src),
             "memory_first_touch": lambda: _first_touch(src),
+            "sha256_2blake3_2threads": lambda: hash_passes(pieces(src),
+                                                           ("sha256", "blake3", "blake3")),
+            "fresh_copy_sha256_2threads": lambda: fresh_copy_sha256(pieces(src)),
             "disk_write_page_cache_fsync": lambda: _write(path, view, direct=False),
             **({"disk_write_o_direct_fsync": lambda: _write(path, view, direct=True)}
                if out["o_direct"] else {}),
@@ -129,6 +172,8 @@ ROWS = (("sha256_1core_MBps", "SHA-256, one core"),
         ("blake3_1core_MBps", "BLAKE3, one core"),
         ("memory_copy_reused_MBps", "copy into memory touched before"),
         ("memory_first_touch_MBps", "copy into new memory (first touch)"),
+        ("sha256_2blake3_2threads_MBps", "SHA-256 + 2 x BLAKE3, two threads"),
+        ("fresh_copy_sha256_2threads_MBps", "new-memory copy + SHA-256, two threads"),
         ("disk_write_page_cache_fsync_MBps", "write through the page cache + fsync"),
         ("disk_write_o_direct_fsync_MBps", "write with O_DIRECT + fsync"),
         ("disk_read_uncached_MBps", "read, not in the page cache"),

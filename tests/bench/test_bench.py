@@ -61,6 +61,7 @@ def test_machine_suite_measures_every_floor_and_leaves_nothing(tmp_path, capsys)
     floors = {k for k in r if k.endswith("_MBps")}
     assert floors >= {"sha256_1core_MBps", "sha256_2threads_MBps", "blake3_1core_MBps",
                       "memory_copy_reused_MBps", "memory_first_touch_MBps",
+                      "sha256_2blake3_2threads_MBps", "fresh_copy_sha256_2threads_MBps",
                       "disk_write_page_cache_fsync_MBps", "disk_read_uncached_MBps",
                       "disk_read_page_cache_MBps"}
     assert ("disk_write_o_direct_fsync_MBps" in floors) == r["o_direct"]
@@ -123,7 +124,7 @@ def test_review_suite_times_the_hooks_the_verifier_and_the_diff(tmp_path, capsys
         g = gens[fmt]
         assert g["raw_bytes"] >= 1 << 20 and g["files_bytes"] >= g["raw_bytes"]
         assert g["pre_receive_s"] > 0 and g["pre_receive_next_s"] > 0 and g["pre_commit_s"] > 0
-        assert 0 < g["verify_mb_s"] and 0 < g["sha256_mb_s"]
+        assert 0 < g["verify_mb_s"] and 0 < g["sha256_mb_s"] and 0 < g["hash_floor_mb_s"]
     assert set(diff["scenarios"]) == {"sparse", "dense", "dense_npz"}
     sparse, dense = diff["scenarios"]["sparse"], diff["scenarios"]["dense"]
     assert 0 < sparse["blocks_changed"] < dense["blocks_changed"] <= dense["blocks"]
