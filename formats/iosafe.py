@@ -66,6 +66,63 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
     return fd
 
 
+def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) -> int:
+    """``os.open`` of ``root/rel`` (``rel`` a validated relative path) without following a
+    symlink anywhere below ``root``: each folder of ``rel`` is opened relative to the one
+    before it with ``O_NOFOLLOW``, so a folder planted as a symlink (``snapshots/run1 -> /``)
+    cannot take the read outside ``root``. The last component must be a regular file, as
+    :func:`open_regular` checks. OSError ``ELOOP`` naming the symlinked component otherwise.
+    """
+    parts = rel.split("/")
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for depth, part in enumerate(parts[:-1]):
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                                os.O_CLOEXEC, dir_fd=folder)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, folder):
+                    raise OSError(errno.ELOOP, "a folder on the path is a symlink (not "
+                                  "followed)", "/".join(parts[:depth + 1])) from None
+                raise
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
+    finally:
+        os.close(folder)
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise OSError(errno.EINVAL, f"not a regular file ({kind_of(kind)})", rel)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def symlinked_folder(root: str | os.PathLike, rel: str) -> str | None:
+    """The first folder of ``rel`` (a validated relative path, itself included) that is a
+    symlink below ``root``, or None."""
+    parts = rel.split("/")
+    for depth in range(len(parts)):
+        prefix = "/".join(parts[:depth + 1])
+        try:
+            if stat.S_ISLNK(os.lstat(os.path.join(root, prefix)).st_mode):
+                return prefix
+        except OSError:
+            return None
+    return None
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)
+    except OSError:
+        return False
+
+
 def open_input(path: str | os.PathLike, *, buffering: int = -1,
                follow: bool = True) -> BinaryIO:
     """``path`` opened for reading as a binary file, a regular file only (a symlink to one

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Iterator, Protocol
 from snapops.formats.atomic import mapped
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.integrity import git_blob_id
+from snapops.formats.iosafe import open_beneath, symlinked_folder
 from snapops.formats.gitcmd import tree_records
 
 DEFAULT_MAX_BLOB = 4 << 30
@@ -75,7 +77,7 @@ class FolderSource:
     def entries(self, folder: str) -> dict[str, Entry]:
         base = self.root / safe_relpath(folder)
         found: dict[str, Entry] = {}
-        if not base.is_dir() or base.is_symlink():
+        if not base.is_dir() or symlinked_folder(self.root, folder) is not None:
             return found
         for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
             rel_dir = Path(dirpath).relative_to(self.root).as_posix()
@@ -88,15 +90,18 @@ class FolderSource:
         return found
 
     def _open(self, path: str) -> int:
+        """A descriptor of the regular file at ``path``, reached without following any
+        symlink under the root (a symlinked folder would take the read anywhere)."""
         try:
-            fd = os.open(self.root / safe_relpath(path), os.O_RDONLY | os.O_NOFOLLOW |
-                         os.O_NONBLOCK)
+            return open_beneath(self.root, safe_relpath(path))
         except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise FormatError(exc.strerror, path=path, check="fileset") from None
+            folder = exc.filename if isinstance(exc.filename, str) else ""
+            if exc.errno == errno.ELOOP and path.startswith(folder + "/"):
+                raise FormatError(f"{folder} is a symlink (not followed)", path=path,
+                                  check="fileset", expected="a folder", got="a symlink") from None
             raise FormatError(f"cannot open: {exc.strerror}", path=path, check="io") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise FormatError("not a regular file", path=path, check="fileset")
-        return fd
 
     def read(self, path: str, limit: int) -> bytes:
         fd = self._open(path)

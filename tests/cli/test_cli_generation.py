@@ -86,6 +86,29 @@ def test_failures_are_one_line_naming_file_and_check(repo, keydir, capsys):
     assert "no trusted keys were given" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("link", ["snapshots", "snapshots/run1"])
+def test_a_symlinked_folder_in_the_work_tree_is_not_followed(repo, keydir, tmp_path, capsys,
+                                                             link):
+    """A checked-out tree may hold `snapshots` or `snapshots/<run>` as a symlink to any folder
+    on the machine (git stores symlinks): whole-generation reads never follow it, so neither a
+    generation kept elsewhere verifies nor does a file out there get quoted in an error."""
+    outside = tmp_path / "outside"
+    (repo / link).rename(outside)
+    (repo / link).symlink_to(outside, target_is_directory=True)
+    shown = f"FAIL snapshots/run1/MANIFEST: [fileset] {link} is a symlink (not followed)"
+    assert main(["verify", str(repo), "--run", "run1", *keys(keydir)]) == 1
+    assert capsys.readouterr().err.startswith(shown)
+    assert main(["verify", str(repo / "snapshots/run1/MANIFEST"), *keys(keydir)]) == 1
+    assert capsys.readouterr().err.startswith(shown)
+    manifest = outside / ("run1/MANIFEST" if link == "snapshots" else "MANIFEST")
+    manifest.write_text("SECRET_TOKEN=do-not-print-me\n")
+    for argv in (["verify", str(repo), "--run", "run1"],
+                 ["ledger", "verify", str(repo / "ledger/run1.ledger"), "--root", str(repo)],
+                 ["diff", str(repo / "snapshots/run1"), str(repo / "snapshots/run1")]):
+        assert main(argv) != 0
+        assert "do-not-print-me" not in "".join(capsys.readouterr())
+
+
 def test_age_generation_with_and_without_identity(tmp_path, keydir, capsys):
     recipient = (keydir / "age.pub").read_text().strip()
     spec = GenerationSpec(run="r", format="fold", sign_key=keydir / "signing.key",
