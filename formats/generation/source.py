@@ -101,6 +101,9 @@ class FolderSource:
             if exc.errno == errno.ELOOP and path.startswith(folder + "/"):
                 raise FormatError(f"{folder} is a symlink (not followed)", path=path,
                                   check="fileset", expected="a folder", got="a symlink") from None
+            if exc.errno == errno.ELOOP:
+                raise FormatError("not a regular file (a symlink, not followed)", path=path,
+                                  check="fileset") from None
             raise FormatError(f"cannot open: {exc.strerror}", path=path, check="io") from None
 
     def read(self, path: str, limit: int) -> bytes:

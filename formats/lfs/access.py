@@ -28,7 +28,7 @@ from typing import Callable
 
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import ConfigError, GitError, LfsError
-from snapops.formats.iosafe import read_small_text
+from snapops.formats.generation.source import FolderSource
 from snapops.formats.keys import read_key_file
 
 from .client import LfsClient, lfs_url_for
@@ -62,12 +62,14 @@ def read_record(git, worktree: str | os.PathLike | None, run: str,
     """The retention record of ``run``: the file in ``worktree`` (when given and present), else
     commit ``rev``'s; None when neither holds one. FormatError for a malformed one, and for a
     work-tree file that is not a regular file (a symlink, a FIFO) or is over ``MAX_RECORD``."""
-    text = None
-    if worktree is not None:     # a checked-out tree: a symlink there may point anywhere
-        text = read_small_text(Path(worktree, record_path(run)), MAX_RECORD)
-    data = text.encode("utf-8") if text is not None else \
-        commit_file(git, rev, record_path(run), MAX_RECORD + 1)
-    return parse_record(data, record_path(run)) if data is not None else None
+    data = None
+    path = record_path(run)
+    if worktree is not None and os.path.lexists(Path(worktree, path)):
+        # a checked-out tree: a symlink there (the file or its folder) may point anywhere
+        data = FolderSource(worktree).read(path, MAX_RECORD)
+    if data is None:
+        data = commit_file(git, rev, path, MAX_RECORD + 1)
+    return parse_record(data, path) if data is not None else None
 
 
 def read_token(path: str | os.PathLike | None, what: str = "LFS token file") -> str | None:

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from snapops.formats.errors import FormatError
+from snapops.formats.errors import FormatError, SnapopsError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import parse_manifest
 from snapops.formats.generation.source import GitTreeSource
@@ -175,14 +175,19 @@ def test_a_record_that_holds_renders_back_to_its_bytes():
 
 
 def test_a_work_tree_record_is_read_as_untrusted_input(tmp_path):
-    """A checked-out tree may hold a symlink (pointing at any file) or a huge file where the
-    record belongs: read_record read either whole; now each is one typed error."""
+    """A checked-out tree may hold a symlink (pointing at any file or folder) or a huge file
+    where the record belongs: read_record read either whole; now each is one typed error."""
     (tmp_path / "retention").mkdir()
     record = tmp_path / "retention" / "r.retention"
     os.symlink("/etc/passwd", record)
-    with pytest.raises(FormatError, match=r"r\.retention: .*not a regular file \(a symlink\)"):
+    with pytest.raises(FormatError, match=r"r\.retention: .*not a regular file \(a symlink"):
         read_record(None, tmp_path, "r")
     record.unlink()
     record.write_bytes(b"SNAPOPS-RETENTION 1\n" + b"x" * (4 << 20))
-    with pytest.raises(FormatError, match=r"r\.retention: .*larger than 4194304 bytes"):
+    with pytest.raises(SnapopsError, match=r"r\.retention: .*at most 4194304 bytes"):
+        read_record(None, tmp_path, "r")
+    record.write_bytes(b"SNAPOPS-RETENTION 1\npolicy keep_last=2\npruned 1\n")
+    (tmp_path / "retention").rename(tmp_path / "elsewhere")
+    (tmp_path / "retention").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(FormatError, match=r"\[fileset\] retention is a symlink \(not followed"):
         read_record(None, tmp_path, "r")
