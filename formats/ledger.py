@@ -71,7 +71,8 @@ from snapops.formats.iosafe import open_input
 from snapops.formats.integrity import ZERO_HASH, merkle_link
 from snapops.formats.report import Report
 
-from .ledger_values import FolderSource, check_values, wtxt_values
+from .generation.source import FolderSource
+from .ledger_values import check_values, wtxt_values
 
 MAX_LINE = 2048
 MAX_PATH = 1024

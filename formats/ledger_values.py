@@ -1,7 +1,8 @@
 """What a ledger entry is checked against: the sealing values its snapshot file carries.
 
-One dispatch (:func:`check_values`) for the ledger verifier (files in a work tree,
-:class:`FolderSource`; the hooks check whole generations through the generation verifier):
+One dispatch (:func:`check_values`) for the ledger verifier (files in a work tree, read
+through :class:`snapops.formats.generation.source.FolderSource`: regular files only, no
+symlink followed; the hooks check whole generations through the generation verifier):
 a ``manifest`` entry is compared with the MANIFEST it names, a ``wtxt`` entry with the WTXT
 header (or the WSUM of a streaming file); other formats carry no sealing values and are only
 checked for existence.
@@ -10,37 +11,12 @@ checked for existence.
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from snapops.formats.errors import FormatError, LedgerError
 
 if TYPE_CHECKING:
     from .ledger import LedgerLine
-
-class FolderSource:
-    """Snapshot files of a work tree (paths relative to ``root``), for :func:`check_values`;
-    the hooks read the same files from a Git tree."""
-
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
-
-    def open(self, rel: str) -> BinaryIO:
-        try:
-            return open(self.root / rel, "rb")
-        except OSError as exc:
-            raise FormatError(f"cannot read: {exc.strerror}", path=rel) from exc
-
-    def read(self, rel: str, limit: int) -> bytes | None:
-        """Up to ``limit`` bytes of ``rel``; None when there is no such file."""
-        try:
-            with open(self.root / rel, "rb") as f:   # no buffer larger than the file
-                return f.read(min(os.fstat(f.fileno()).st_size + 1, limit))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise FormatError(f"cannot read: {exc.strerror}", path=rel) from exc
 
 
 def wtxt_values(source, rel: str) -> dict[str, str | None]:
@@ -58,7 +34,7 @@ def wtxt_values(source, rel: str) -> dict[str, str | None]:
               "keyid": header.keyid, "sha256_all": header.sha256_all,
               "merkle_prev": header.merkle_prev, "merkle_this": header.merkle_this}
     if header.root_pending:
-        side = source.read(rel + ".wsum", MAX_WSUM + 1)
+        side = source.read_present(rel + ".wsum", MAX_WSUM + 1)
         if side is None:
             raise FormatError("root_pending file without its WSUM", path=rel, check="wsum",
                               expected=f"{rel}.wsum beside it", got="no such file")
@@ -69,7 +45,7 @@ def wtxt_values(source, rel: str) -> dict[str, str | None]:
 
 
 def _manifest_entry_values(source, rec: LedgerLine) -> dict[str, str | None]:
-    data = source.read(rec.entry.path, MAX_MANIFEST + 1)
+    data = source.read_present(rec.entry.path, MAX_MANIFEST + 1)
     if data is None:
         raise FormatError("no such file", path=rec.entry.path, check="missing")
     return manifest_values(data, rec, rec.entry.path)

@@ -22,7 +22,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import BinaryIO, Iterator, Protocol
 
 from snapops.formats.atomic import mapped
 from snapops.formats.errors import FormatError, LimitError
@@ -89,11 +89,17 @@ class FolderSource:
                 found[rel] = Entry(rel, kind, info.st_size if kind == FILE else None)
         return found
 
-    def _open(self, path: str) -> int:
+    def _open(self, path: str, missing_ok: bool = False) -> int:
         """A descriptor of the regular file at ``path``, reached without following any
-        symlink under the root (a symlinked folder would take the read anywhere)."""
+        symlink under the root (a symlinked folder would take the read anywhere); never
+        blocks (a FIFO is refused). ``missing_ok``: FileNotFoundError passes through."""
         try:
             return open_beneath(self.root, safe_relpath(path))
+        except FileNotFoundError:
+            if missing_ok:
+                raise
+            raise FormatError("cannot open: No such file or directory", path=path,
+                              check="io") from None
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 raise FormatError(exc.strerror, path=path, check="fileset") from None
@@ -107,7 +113,22 @@ class FolderSource:
             raise FormatError(f"cannot open: {exc.strerror}", path=path, check="io") from None
 
     def read(self, path: str, limit: int) -> bytes:
-        fd = self._open(path)
+        return self._read(self._open(path), path, limit)
+
+    def read_present(self, path: str, limit: int) -> bytes | None:
+        """``read``, or None when there is no file at ``path`` (its folders may be missing
+        too; a symlink or a special file is still an error)."""
+        try:
+            fd = self._open(path, missing_ok=True)
+        except FileNotFoundError:
+            return None
+        return self._read(fd, path, limit)
+
+    def open(self, path: str) -> BinaryIO:
+        """The regular file at ``path`` as a binary file object (see ``_open``)."""
+        return os.fdopen(self._open(path), "rb")
+
+    def _read(self, fd: int, path: str, limit: int) -> bytes:
         try:
             size = os.fstat(fd).st_size
             if size > limit:

@@ -311,6 +311,26 @@ def test_a_ledger_or_manifest_that_is_a_fifo_is_refused_at_once(tmp_path):
         manifest_file_side(tmp_path / "snapshots" / "r" / "MANIFEST")
 
 
+def test_a_ledger_whose_snapshot_is_a_fifo_is_refused_at_once(tmp_path):
+    """The ledger verifier opened the file a line names with a plain open(): a FIFO there (a
+    work tree holds whatever was checked out) hung `snapops ledger verify` for ever."""
+    from snapops.formats.generation.write import GenerationSpec, seal_in_ledger, write_generation
+
+    spec = GenerationSpec(run="r", format="aero", build="b")
+    seal_in_ledger(tmp_path, "r", write_generation(tmp_path, spec, 1, "2026-01-01T00:00:00Z",
+                                                   {"w": np.ones(4, np.float32)}, None))
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # the ledger's root
+    argv = ("ledger", "verify", "ledger/r.ledger")
+    assert run_isolated(tmp_path, CLI, *argv).returncode == 0
+    manifest = tmp_path / "snapshots" / "r" / "MANIFEST"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    proc = run_isolated(tmp_path, CLI, *argv, timeout=20)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "ledger/r.ledger:1: [file] snapshot snapshots/r/MANIFEST cannot be read: " \
+        "snapshots/r/MANIFEST: [fileset] not a regular file (a FIFO)" in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("verb", ["load", "verify", "inspect", "open_lazy", "save"])
 def test_a_format_handler_called_directly_checks_its_path_too(verb):
     from snapops.formats.registry import handler
