@@ -17,8 +17,9 @@ from pathlib import Path
 from snapops.config.loader import resolve
 from snapops.config.schema import Config
 from snapops.formats.atomic import atomic_write_bytes
-from snapops.formats.errors import ConfigError, LfsError
+from snapops.formats.errors import ConfigError, FormatError, LfsError
 from snapops.formats.gitcmd import run_git
+from snapops.formats.iosafe import read_small_text
 from snapops.formats.lfs.access import read_token
 from snapops.formats.lfs.client import LfsClient, lfs_url_for
 from snapops.formats.lfs.objects import ObjectStore
@@ -73,7 +74,11 @@ def write_lfs_files(repo: Path, config: Config) -> list[str]:
     url = lfs_endpoint(config)
     if redact_url(url) != url:  # credentials in the URL: never committed
         return [ATTRIBUTES]
-    lfsconfig = f"[lfs]\n\turl = {url}\n".encode()
-    if not (repo / LFSCONFIG).is_file() or (repo / LFSCONFIG).read_bytes() != lfsconfig:
-        atomic_write_bytes(repo / LFSCONFIG, lfsconfig)
+    lfsconfig = f"[lfs]\n\turl = {url}\n"
+    try:
+        current = read_small_text(repo / LFSCONFIG, len(lfsconfig))
+    except FormatError:   # a symlink, a FIFO, a huge file... a remote's tree planted: replaced
+        current = None
+    if current != lfsconfig:
+        atomic_write_bytes(repo / LFSCONFIG, lfsconfig.encode())
     return [ATTRIBUTES, LFSCONFIG]

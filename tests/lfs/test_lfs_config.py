@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from snapops.config.loader import load_config
@@ -59,6 +64,38 @@ def test_token_file_is_one_line_and_never_in_committed_files(tmp_path):
     (tmp_path / ".lfsconfig").unlink()
     assert write_lfs_files(tmp_path, leaky) == [".gitattributes"]
     assert not (tmp_path / ".lfsconfig").exists()
+
+
+def test_a_planted_lfsconfig_is_replaced_not_read_or_written_through(tmp_path):
+    """The daemon's work repository holds what the remote's tree holds: its .lfsconfig may
+    be a symlink to a huge file or a FIFO. It is replaced by the daemon's own, and the file
+    it pointed to is neither read whole nor written."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    huge, fifo = tmp_path / "huge", tmp_path / "fifo"
+    with open(huge, "wb") as f:
+        f.truncate(8 << 30)
+    os.mkfifo(fifo)
+    child = textwrap.dedent("""
+        import dataclasses, pathlib, resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # the file is 8 GiB
+        from snapops.config.loader import load_config
+        from snapops.daemon.lfsstore import write_lfs_files
+        cfg = load_config(env={}, overrides={"repo.store": "lfs", "repo.lfs_url":
+                                              "https://lfs.example/o/r.git/info/lfs"})
+        repo = pathlib.Path(sys.argv[1])
+        print(write_lfs_files(repo, dataclasses.replace(cfg, base_dir=str(repo))))
+        """)
+    for target in (huge, fifo):
+        (repo / ".lfsconfig").unlink(missing_ok=True)
+        (repo / ".lfsconfig").symlink_to(target)
+        proc = subprocess.run([sys.executable, "-c", child, str(repo)], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.stdout == "['.gitattributes', '.lfsconfig']\n", proc.stderr[-500:]
+        assert not (repo / ".lfsconfig").is_symlink()
+        assert (repo / ".lfsconfig").read_text() == \
+            "[lfs]\n\turl = https://lfs.example/o/r.git/info/lfs\n"
+    assert huge.stat().st_size == 8 << 30 and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 @pytest.mark.parametrize("store,fields,ok", [
