@@ -116,6 +116,17 @@ def symlinked_folder(root: str | os.PathLike, rel: str) -> str | None:
     return None
 
 
+def refuse_symlinked(root: str | os.PathLike, rel: str) -> None:
+    """DataError unless no component of ``rel`` (a relative path below ``root``; folders and
+    the file itself) is a symlink: a work tree checked out from a remote may hold one where
+    snapops writes (``ledger -> /home/me``), and a write would then land outside ``root``."""
+    link = symlinked_folder(root, rel)
+    if link is not None:
+        raise DataError(f"{os.path.join(root, link)}: a symlink where snapops writes "
+                        f"{rel}; refusing to write through it (expected plain folders and "
+                        "files, as snapops writes them)")
+
+
 def _is_link(name: str, folder: int) -> bool:
     try:
         return stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)

@@ -37,6 +37,7 @@ from snapops.formats.contract import WriteResult
 from snapops.formats.dtypes import DTYPES, dtype_name, unsigned_for
 from snapops.formats.errors import DataError, FormatError
 from snapops.formats.integrity import file_sha256
+from snapops.formats.iosafe import refuse_symlinked
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
 
@@ -422,6 +423,7 @@ def seal_in_ledger(root: Path, run: str, written: Written) -> str:
     from snapops.formats.integrity import ZERO_HASH, merkle_link
 
     h = written.manifest.header
+    refuse_symlinked(root, f"ledger/{run}.ledger")
     ledger = Ledger(root / "ledger" / f"{run}.ledger", root=root)
     ledger.path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(written.data).hexdigest()

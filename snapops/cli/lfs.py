@@ -67,6 +67,7 @@ def milestone_gens(git, run: str, patterns: list[str]) -> set[int]:
 def run_prune(args) -> int:
     from snapops.formats.atomic import atomic_write_bytes
     from snapops.formats.generation import valid_run
+    from snapops.formats.iosafe import refuse_symlinked
     from snapops.formats.lfs.access import read_record
     from snapops.formats.lfs.retention import (
         LocalStoragePruner,
@@ -94,6 +95,7 @@ def run_prune(args) -> int:
     pruned = set(plan.pruned) | (set(previous.pruned) if previous else set())
     deleted = 0
     if not args.dry_run:
+        refuse_symlinked(args.repo, record_path(args.run))   # before any object is deleted
         deleted = apply_retention(plan, LocalStoragePruner(args.local_storage))
         record = RetentionRecord(policy, frozenset(pruned - plan.kept))
         target = Path(args.repo) / record_path(args.run)

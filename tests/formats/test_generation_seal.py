@@ -152,3 +152,25 @@ def test_the_writer_never_writes_through_a_symlink_in_the_run_folder(tmp_path, w
         write_generation(root, GenerationSpec(run="run1"), 1, "2026-01-02T03:04:05Z",
                          {"w": np.arange(6, dtype=np.float32)})
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["ledger", "ledger/run1.ledger"])
+def test_the_ledger_line_is_never_appended_through_a_symlink(tmp_path, where):
+    """The same for the ledger: a `ledger` folder (or ledger file) checked out as a symlink
+    made sealing append the generation's line to a file outside the repository."""
+    from snapops.formats.errors import DataError
+
+    root, outside = tmp_path / "repo", tmp_path / "outside"
+    outside.mkdir()
+    link = root / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if where == "ledger":
+        link.symlink_to(outside, target_is_directory=True)
+    else:
+        link.symlink_to(outside / "run1.ledger")
+    written = write_generation(root, GenerationSpec(run="run1"), 1, "2026-01-02T03:04:05Z",
+                               {"w": np.arange(6, dtype=np.float32)})
+    with pytest.raises(DataError, match=rf"repo/{where}: a symlink where snapops writes "
+                                        r"ledger/run1\.ledger; refusing to write through it"):
+        seal_in_ledger(root, "run1", written)
+    assert list(outside.iterdir()) == []

@@ -76,6 +76,21 @@ def lfs_run(tmp_path, giftless):
     return repo, objects
 
 
+def test_prune_never_writes_its_record_through_a_symlink(lfs_run, giftless, tmp_path, capsys):
+    """A `retention` folder checked out as a symlink: the record would have been written
+    outside the repository. Refused before any object is deleted."""
+    repo, objects = lfs_run
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "retention").symlink_to(outside, target_is_directory=True)
+    code = main(["lfs", "prune", str(repo), "--run", "r", "--keep-last", "2",
+                 "--local-storage", str(giftless.storage / ORG / REPO)])
+    assert code != 0 and list(outside.iterdir()) == []
+    assert "retention: a symlink where snapops writes retention/r.retention; refusing to " \
+        "write through it" in capsys.readouterr().err
+    assert set(giftless.objects()) == set().union(*objects.values())
+
+
 def test_prune_keeps_exactly_the_chains_of_kept_generations(lfs_run, giftless, tmp_path,
                                                             capsys):
     repo, objects = lfs_run
