@@ -18,7 +18,7 @@ from pathlib import Path
 from snapops.formats.atomic import atomic_write_bytes
 from snapops.formats.errors import FormatError
 from snapops.formats.gitcmd import GitResult, run_git
-from snapops.formats.iosafe import read_small_text
+from snapops.formats.iosafe import read_small_text, refuse_symlinked
 
 from .safeio import StatKey, stat_key
 
@@ -109,6 +109,7 @@ def restore_paths(repo: str | os.PathLike, branch: str, paths: list[str],
     if record is not None and has_head and record.holds(root, tip.text, paths):
         return
     for rel in paths:
+        refuse_symlinked(root, rel, last=False)   # a removal through one would land outside
         target = root / rel
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)

@@ -105,7 +105,7 @@ def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) ->
 def symlinked_folder(root: str | os.PathLike, rel: str) -> str | None:
     """The first folder of ``rel`` (a validated relative path, itself included) that is a
     symlink below ``root``, or None."""
-    parts = rel.split("/")
+    parts = rel.split("/") if rel else []
     for depth in range(len(parts)):
         prefix = "/".join(parts[:depth + 1])
         try:
@@ -116,15 +116,16 @@ def symlinked_folder(root: str | os.PathLike, rel: str) -> str | None:
     return None
 
 
-def refuse_symlinked(root: str | os.PathLike, rel: str) -> None:
-    """DataError unless no component of ``rel`` (a relative path below ``root``; folders and
-    the file itself) is a symlink: a work tree checked out from a remote may hold one where
-    snapops writes (``ledger -> /home/me``), and a write would then land outside ``root``."""
-    link = symlinked_folder(root, rel)
+def refuse_symlinked(root: str | os.PathLike, rel: str, *, last: bool = True) -> None:
+    """DataError unless no component of ``rel`` (a relative path below ``root``; folders and,
+    with ``last``, the file itself) is a symlink: a work tree checked out from a remote may
+    hold one where snapops writes (``ledger -> /home/me``), and a write or a removal would
+    then land outside ``root``."""
+    link = symlinked_folder(root, rel if last else os.path.dirname(rel))
     if link is not None:
         raise DataError(f"{os.path.join(root, link)}: a symlink where snapops writes "
-                        f"{rel}; refusing to write through it (expected plain folders and "
-                        "files, as snapops writes them)")
+                        f"{rel}; refusing to write or delete through it (expected plain "
+                        "folders and files, as snapops writes them)")
 
 
 def _is_link(name: str, folder: int) -> bool:

@@ -178,3 +178,29 @@ def test_a_planted_gitattributes_symlink_is_replaced_not_written_through(tmp_pat
     assert outside.read_text() == "keep me\n"
     assert not (repo / ".gitattributes").is_symlink()
     assert (repo / ".gitattributes").read_text() == "# begin\n*.wtxt -delta\n# end\n"
+
+
+@pytest.mark.parametrize("planted", ["snapshots", "ledger"])
+def test_a_symlinked_folder_above_the_paths_is_refused_not_deleted_through(
+        tmp_path: Path, planted: str) -> None:
+    """A branch whose `snapshots` (or `ledger`) is a symlink to a folder elsewhere: the full
+    restore removed `snapshots/run` (`ledger/run.ledger`) through it, deleting files outside
+    the work tree. Now it refuses, naming the link, and the folder out there is untouched."""
+    from snapops.formats.errors import DataError
+
+    outside = tmp_path / "outside"
+    (outside / "run").mkdir(parents=True)
+    (outside / "run" / "precious").write_text("keep me\n")
+    (outside / "run.ledger").write_text("keep me too\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "t")
+    git(repo, "config", "user.email", "t@example.com")
+    (repo / planted).symlink_to(outside, target_is_directory=True)
+    commit_all(repo, "planted")
+    with pytest.raises(DataError, match=rf"repo/{planted}: a symlink where snapops writes "
+                                        rf"{planted}/run.*; refusing to write or delete"):
+        restore_paths(repo, "main", PATHS)
+    assert (outside / "run" / "precious").read_text() == "keep me\n"
+    assert (outside / "run.ledger").read_text() == "keep me too\n"

@@ -171,6 +171,6 @@ def test_the_ledger_line_is_never_appended_through_a_symlink(tmp_path, where):
     written = write_generation(root, GenerationSpec(run="run1"), 1, "2026-01-02T03:04:05Z",
                                {"w": np.arange(6, dtype=np.float32)})
     with pytest.raises(DataError, match=rf"repo/{where}: a symlink where snapops writes "
-                                        r"ledger/run1\.ledger; refusing to write through it"):
+                                        r"ledger/run1\.ledger; refusing to write or delete"):
         seal_in_ledger(root, "run1", written)
     assert list(outside.iterdir()) == []
