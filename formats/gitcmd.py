@@ -45,13 +45,44 @@ from typing import IO, BinaryIO, Callable, Iterator, Mapping, NamedTuple, Sequen
 
 from .errors import GitError, LimitError
 
-__all__ = ["GIT_ENV", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children", "invocations",
-           "open_git", "run_git", "run_listing", "summarize", "TreeRecord", "tree_records"]
+__all__ = ["GIT_ENV", "LOCATING", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children",
+           "forget_hook_environment", "git_environment", "invocations", "open_git", "run_as_hook",
+           "run_git", "run_listing", "summarize", "TreeRecord", "tree_records"]
 
 log = logging.getLogger(__name__)
 
 # Never wait for a password on a terminal or in a credential-manager dialog.
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+# git exports these to the hooks it runs, so that git commands there find the repository,
+# the index being committed and (pre-receive) the quarantined objects. A command that names
+# its repository must not inherit them from whatever ran it, such as a hook of another
+# repository: every git call would then read and write that one.
+LOCATING = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE",
+            "GIT_QUARANTINE_PATH", "GIT_PREFIX")
+_as_hook = False
+
+
+def run_as_hook() -> None:
+    """This process is the git hook git runs (``snapops hook``): the repository variables
+    git exported are meant for its git calls, and are kept."""
+    global _as_hook
+    _as_hook = True
+
+
+def forget_hook_environment() -> None:
+    """Remove git's repository variables (:data:`LOCATING`) from this process's environment,
+    for libraries that start git themselves (gitpython) in a process that names its
+    repository (the daemon)."""
+    for name in LOCATING:
+        os.environ.pop(name, None)
+
+
+def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a git child: ours without :data:`LOCATING` (unless
+    :func:`run_as_hook`), :data:`GIT_ENV` and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if _as_hook or k not in LOCATING}
+    return {**env, **GIT_ENV, **(extra or {})}
 SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
@@ -226,7 +257,7 @@ def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdou
     try:
         proc = subprocess.Popen(
             ["git", *args], cwd=None if cwd is None else os.fspath(cwd),
-            env={**os.environ, **GIT_ENV, **(env or {})}, stdin=stdin, stdout=stdout,
+            env=git_environment(env), stdin=stdin, stdout=stdout,
             stderr=subprocess.PIPE, process_group=0, bufsize=bufsize)
     except OSError as err:
         raise GitError(f"cannot run git: {err.strerror or err}") from err

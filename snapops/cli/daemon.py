@@ -23,7 +23,9 @@ def _config(args):
 def run_daemon(args) -> int:
     from snapops.daemon.logs import setup_logging
     from snapops.daemon.service import Daemon
+    from snapops.formats.gitcmd import forget_hook_environment
 
+    forget_hook_environment()   # gitpython's git children inherit os.environ as it is
     config = _config(args)
     setup_logging(config.daemon.log_level, config.daemon.log_format)
     return Daemon(config).run()

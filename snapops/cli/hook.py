@@ -9,8 +9,10 @@ HOOKS = ("pre-commit", "pre-push", "pre-receive", "pre-commit-framework")
 
 
 def run(args) -> int:
+    from snapops.formats.gitcmd import run_as_hook
     from snapops.hooks.runner import run_hook
 
+    run_as_hook()    # git's GIT_DIR, GIT_INDEX_FILE, quarantine... are this hook's
     check_folder(args.repo)
     return run_hook(args.name, args.args, repo=args.repo)
 

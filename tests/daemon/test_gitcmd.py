@@ -174,3 +174,47 @@ def test_open_git_stops_early_and_reports_failures_after_a_full_read(tmp_path):
         with pytest.raises(GitError, match=r"git cat-file blob failed: fatal: "):
             with open_git(["cat-file", "blob", "0" * 40], cwd=repo.path) as blob:
                 blob.read()
+
+
+def _two_repositories(tmp_path: Path) -> tuple[Path, Path, str, str]:
+    heads = []
+    for name in ("named", "other"):
+        repo = tmp_path / name
+        git("init", "-q", "-b", "main", str(repo))
+        git("-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+            "--allow-empty", "-m", name)
+        heads.append(git("-C", str(repo), "rev-parse", "HEAD").strip())
+    return tmp_path / "named", tmp_path / "other", heads[0], heads[1]
+
+
+def test_a_named_repository_wins_over_git_variables_inherited_from_a_hook(tmp_path,
+                                                                          monkeypatch):
+    """git exports GIT_DIR, GIT_INDEX_FILE, the quarantine... to the hooks it runs. A snapops
+    command started from a hook of another repository (a post-merge hook restoring weights,
+    say) inherited them, and every git call it made read that other repository: `snapops
+    verify REPO --rev HEAD` verified the other one's HEAD, the daemon would commit there.
+    Only `snapops hook` (run_as_hook) keeps them: they are meant for it."""
+    import snapops.formats.gitcmd as gitcmd
+
+    named, other, named_head, other_head = _two_repositories(tmp_path)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    head = run_git(["rev-parse", "HEAD"], cwd=named).stdout.decode().strip()
+    assert head == named_head
+    proc = subprocess.run([sys.executable, "-m", "snapops", "verify", str(named), "--run", "r",
+                           "--rev", "HEAD"], capture_output=True, text=True, timeout=120)
+    assert f"commit {named_head[:12]}" in proc.stdout + proc.stderr
+    assert other_head[:12] not in proc.stdout + proc.stderr
+    monkeypatch.setattr(gitcmd, "_as_hook", True)
+    assert run_git(["rev-parse", "HEAD"], cwd=named).stdout.decode().strip() == other_head
+
+
+def test_the_daemon_forgets_git_variables_for_gitpython(monkeypatch):
+    from snapops.formats.gitcmd import LOCATING, forget_hook_environment
+
+    for name in LOCATING:
+        monkeypatch.setenv(name, "/elsewhere")
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'core.abbrev'='12'")
+    forget_hook_environment()
+    assert not set(LOCATING) & set(os.environ)
+    assert os.environ["GIT_CONFIG_PARAMETERS"] == "'core.abbrev'='12'"

@@ -179,7 +179,11 @@ def test_names_and_links_that_are_not_objects(repo: Path, tmp_path: Path) -> Non
 
 def test_the_quarantine_area_is_where_new_objects_are_read(repo: Path, tmp_path: Path,
                                                          monkeypatch) -> None:
-    """In a pre-receive hook git points GIT_OBJECT_DIRECTORY at the push's quarantine."""
+    """In a pre-receive hook git points GIT_OBJECT_DIRECTORY at the push's quarantine (only
+    `snapops hook` takes git's variables: any other command names its repository)."""
+    import snapops.formats.gitcmd as gitcmd
+
+    monkeypatch.setattr(gitcmd, "_as_hook", True)
     quarantine = tmp_path / "incoming"
     quarantine.mkdir()
     monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(quarantine))
