@@ -305,7 +305,8 @@ def remove_leftover_temps(folder: str | os.PathLike, *, target: str | None = Non
     """
     removed = []
     try:
-        entries = list(os.scandir(folder))
+        with os.scandir(folder) as listing:   # closed even when a signal ends the listing
+            entries = list(listing)
     except OSError:
         return removed
     for entry in entries:

@@ -299,7 +299,8 @@ def _read_retired(path: Path, pattern: re.Pattern) -> set[str]:
 
 def _regular_files(folder: Path) -> list[os.DirEntry]:
     try:
-        return [e for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
+        with os.scandir(folder) as listing:
+            return [e for e in listing if e.is_file(follow_symlinks=False)]
     except OSError:
         return []
 
