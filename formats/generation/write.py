@@ -161,12 +161,8 @@ def write_parts(root: Path, spec: GenerationSpec, gen: int, ts: str,
 def refuse_symlinks(root: Path, folder: Path) -> None:
     """No symlink between ``root`` and the run ``folder``, nor inside it: a tree that put one
     there (a work tree checked out from a remote) would make the writer write outside."""
-    path, found = root, []
-    for part in folder.relative_to(root).parts:
-        path = path / part
-        found += [path] if path.is_symlink() else []
-    if not found and folder.is_dir():
-        found = [p for p in folder.rglob("*") if p.is_symlink()]
+    refuse_symlinked(root, folder.relative_to(root).as_posix())
+    found = [p for p in folder.rglob("*") if p.is_symlink()] if folder.is_dir() else []
     if found:
         raise DataError(f"{found[0]}: a symlink in the run folder; refusing to write through "
                         "it (expected plain folders and files, as snapops writes them)")
