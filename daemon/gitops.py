@@ -46,6 +46,7 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -450,6 +451,7 @@ class SnapshotRepo:
     def _stage(self, rels: list[str], stored: Mapping[str, str]) -> None:
         present = [r for r in rels if os.path.lexists(self.path / r)]
         missing = [r for r in rels if r not in present]
+        stored = {**self._hash_as_is([r for r in present if r not in stored]), **stored}
         known = [r for r in present if r in stored]
         present = [r for r in present if r not in stored]
         if known:
@@ -464,6 +466,18 @@ class SnapshotRepo:
                       "--pathspec-from-file=-", "--pathspec-file-nul",
                       data=b"\0".join(r.encode() for r in missing), env=_LITERAL,
                       what="rm --cached")
+
+    def _hash_as_is(self, rels: list[str]) -> dict[str, str]:
+        """Blob ids of the plain files among ``rels``, stored byte for byte: the work tree's
+        ``.gitattributes`` follows the branch, and its filters, ``working-tree-encoding`` or
+        ``eol`` would otherwise change (or refuse) the sealed MANIFEST and ledger on
+        ``git add``. Anything else (a symlink, an executable) is left to ``git add``."""
+        plain = [r for r in rels if "\n" not in r and _plain_file(self.path / r)]
+        if not plain:
+            return {}
+        ids = self._run("hash-object", "-w", "--no-filters", "--stdin-paths",
+                        data="".join(f"{r}\n" for r in plain).encode(), what="hash-object")
+        return dict(zip(plain, ids.split()))
 
     def _write_commit_and_tag(self, parent: str | None, message: str, tag: str) -> str:
         tree = self._run("write-tree", what="write-tree")
@@ -673,3 +687,12 @@ def _sweep_probes(git_dir: Path) -> None:
         with contextlib.suppress(OSError):
             if stale.lstat().st_mtime < cutoff and stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular, non-executable file (what ``git add`` stores as mode 100644)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and not info.st_mode & 0o111

@@ -225,7 +225,7 @@ def test_failed_ref_update_leaves_no_partial_commit_nor_staged_leftovers(repo):
 
 def test_write_failure_mid_add_gives_git_error_and_no_commit(repo):
     """Storage refusing writes while git stores objects: a file-size limit (inherited by the git
-    processes) kills git with SIGXFSZ in the middle of ``git add``, much as a full disk would
+    processes) kills git with SIGXFSZ while it stores the file, much as a full disk would
     stop it; the error says so and nothing is committed."""
     write(repo, "small", b"s")
     repo.commit_generation(["small"], "gen 1", "r/gen-000001")
@@ -235,7 +235,7 @@ def test_write_failure_mid_add_gives_git_error_and_no_commit(repo):
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, old_limit[1]))
     try:
-        with pytest.raises(GitError, match=r"git add failed: .*killed by SIGXFSZ"):
+        with pytest.raises(GitError, match=r"git (add|hash-object) failed: .*killed by SIGXFSZ"):
             repo.commit_generation(["big", "small"], "gen 2", "r/gen-000002")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
@@ -276,7 +276,7 @@ def test_unwritable_repository_gives_git_error(repo):
         objects.chmod(0o555)
     try:
         with pytest.raises(GitError,
-                           match=r"git add failed: error: unable"):
+                           match=r"git (add|hash-object) failed: error: unable"):
             repo.commit_generation(["a"], "gen 1", "r/gen-000001")
     finally:
         if immutable:
@@ -414,3 +414,27 @@ def test_unborn_head_probe_stays_in_our_git_folder_and_sweeps_stale_ones(repo, b
     assert repo.remote_unborn_head(str(bare_remote)) == "refs/heads/trunk"
     assert list(scratch.iterdir()) == []
     assert sorted(p.name for p in repo.git_dir.glob("snapops-head-*")) == ["snapops-head-fresh"]
+
+
+def test_files_are_committed_byte_for_byte_whatever_the_attributes_say(repo):
+    """The work tree's .gitattributes follows the branch (a remote's tree may have put lines
+    in it): `git add` applied them, so `working-tree-encoding` refused the MANIFEST (every
+    commit failed), `text eol=crlf` and `ident` rewrote the ledger before it was stored."""
+    write(repo, ".gitattributes", b"MANIFEST working-tree-encoding=UTF-16LE\n"
+                                  b"*.ledger text eol=crlf ident\n")
+    manifest, ledger = b"SNAPOPS-MANIFEST 2\nrun r\n", b"line 1\r\n$Id: not-git $\n"
+    write(repo, "snapshots/r/MANIFEST", manifest)
+    write(repo, "ledger/r.ledger", ledger)
+    tool = repo.path / "tool.sh"
+    tool.write_bytes(b"#!/bin/sh\n")
+    tool.chmod(0o755)
+    (repo.path / "link").symlink_to("tool.sh")
+    repo.commit_generation([".gitattributes", "snapshots/r/MANIFEST", "ledger/r.ledger",
+                            "tool.sh", "link"], "gen 1", "r/gen-000001")
+    files = tree(repo)
+    assert files["snapshots/r/MANIFEST"] == manifest and files["ledger/r.ledger"] == ledger
+    modes = {name: meta.split()[0] for meta, name in (
+        line.split("\t") for line in git("ls-tree", "-r", "HEAD", cwd=repo.path).splitlines())}
+    assert modes == {".gitattributes": "100644", "snapshots/r/MANIFEST": "100644",
+                     "ledger/r.ledger": "100644", "tool.sh": "100755", "link": "120000"}
+    assert files["link"] == b"tool.sh"    # what git add stores for these, as before
