@@ -60,7 +60,23 @@ GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 LOCATING = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
             "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE",
             "GIT_QUARANTINE_PATH", "GIT_PREFIX")
-_as_hook = False
+SUMMARY_LINES = 4
+SUMMARY_CHARS = 600
+STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
+CANCEL_POLL = 0.25              # seconds between looks at a cancel event
+GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
+ROUND = 0.5                     # seconds the processes signalled in one round get to end
+SETTLE = 0.1                    # seconds their parents get to react before the next round
+_READ = 1 << 16
+# Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
+# so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
+# git lists for hours; a snapshot repository's commits name thousands.
+MAX_LISTED_PATHS = 200_000
+MAX_PATH_BYTES = 4096           # average bytes per listed record allowed, paths and fields
+
+_counter_lock = threading.Lock()
+_started = 0
+_as_hook = False       # run_as_hook(): keep git's repository variables
 
 
 def run_as_hook() -> None:
@@ -83,22 +99,6 @@ def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     :func:`run_as_hook`), :data:`GIT_ENV` and ``extra``."""
     env = {k: v for k, v in os.environ.items() if _as_hook or k not in LOCATING}
     return {**env, **GIT_ENV, **(extra or {})}
-SUMMARY_LINES = 4
-SUMMARY_CHARS = 600
-STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
-CANCEL_POLL = 0.25              # seconds between looks at a cancel event
-GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
-ROUND = 0.5                     # seconds the processes signalled in one round get to end
-SETTLE = 0.1                    # seconds their parents get to react before the next round
-_READ = 1 << 16
-# Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
-# so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
-# git lists for hours; a snapshot repository's commits name thousands.
-MAX_LISTED_PATHS = 200_000
-MAX_PATH_BYTES = 4096           # average bytes per listed record allowed, paths and fields
-
-_counter_lock = threading.Lock()
-_started = 0
 
 
 def invocations() -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from pathlib import Path
 from typing import Callable
 
 from snapops.daemon.redact import redact_url
@@ -62,11 +61,10 @@ def read_record(git, worktree: str | os.PathLike | None, run: str,
     """The retention record of ``run``: the file in ``worktree`` (when given and present), else
     commit ``rev``'s; None when neither holds one. FormatError for a malformed one, and for a
     work-tree file that is not a regular file (a symlink, a FIFO) or is over ``MAX_RECORD``."""
-    data = None
     path = record_path(run)
-    if worktree is not None and os.path.lexists(Path(worktree, path)):
-        # a checked-out tree: a symlink there (the file or its folder) may point anywhere
-        data = FolderSource(worktree).read(path, MAX_RECORD)
+    # a checked-out tree: a symlink there (the file or its folder) may point anywhere
+    data = FolderSource(worktree).read_present(path, MAX_RECORD) if worktree is not None \
+        else None
     if data is None:
         data = commit_file(git, rev, path, MAX_RECORD + 1)
     return parse_record(data, path) if data is not None else None
