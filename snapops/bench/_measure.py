@@ -103,6 +103,25 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def machine_busy_seconds(stat: str = "/proc/stat") -> float | None:
+    """CPU-seconds every core of the machine has spent busy since boot, all processes
+    together (user, nice, system, irq, softirq; not idle, not I/O wait, not the time a
+    hypervisor stole); None where ``/proc/stat`` cannot be read.
+
+    >>> isinstance(machine_busy_seconds(), float)
+    True
+    """
+    try:
+        with open(stat, encoding="ascii") as f:
+            fields = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if fields[0] != "cpu":
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 _observers: list[Callable[[int], object]] = []   # progress bars of `snapops bench`
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from snapops.daemon.client import WAL_NAME
 from snapops.daemon.wal import WalReader
 
-from ._measure import fmt_bytes, model_state
+from ._measure import fmt_bytes, machine_busy_seconds, model_state
 from .pipeline import _median_time, _perturb, _Stack
 
 GENS = 4   # the first one warms buffers and caches; the others are measured
@@ -103,7 +103,7 @@ def run_world(size: int, world: int, folder: Path, fmt: str = "wtxt", store: str
     turns = [ctx.Event() for _ in range(world)]
     procs = [ctx.Process(target=_rank_main, args=(str(folder), r, world, size, turns[r], start,
                                                   results)) for r in range(world)]
-    latencies, stalls = [], {r: [] for r in range(world)}
+    latencies, busy, stalls = [], [], {r: [] for r in range(world)}
     copies = {r: [] for r in range(world)}
     try:
         for proc in procs:
@@ -115,17 +115,23 @@ def run_world(size: int, world: int, folder: Path, fmt: str = "wtxt", store: str
                 stalls[got].append(stall)
                 copies[got].append(baseline)
         for gen in range(1, GENS + 1):
-            start.wait(timeout=600)
+            start.wait(timeout=600)       # every rank has moved its weights: requests start
+            before = machine_busy_seconds()
             starts = [results.get(timeout=600)[2] for _ in range(world)]
             latencies.append(stack.wait_pushed(gen) - min(starts))
+            after = machine_busy_seconds()
+            busy.append(after - before if None not in (before, after) else None)
         sizes = {rank: nbytes for rank, _, nbytes in (results.get(timeout=600)
                                                       for _ in range(world))}
     finally:
         for proc in procs:
             proc.join(60)
         stack.close()
+    measured = [b for b in busy[1:] if b is not None]
     return {"world": world, "request_to_pushed_s": latencies,
             "median_s": statistics.median(latencies[1:]), "peaks": stack.peaks,
+            "machine_cpu_s": busy,
+            "machine_cpu_median_s": statistics.median(measured) if measured else None,
             "phases_s": phases(folder / "spool" / WAL_NAME),
             "ranks": [rank_stall(r, sizes[r], copies[r][1:], stalls[r][1:])
                       for r in range(world)]}
@@ -161,8 +167,17 @@ def run_multirank(size: int, ranks: int = 4, workdir: str | None = None,
         one = run_world(size, 1, Path(tmp) / "w1", fmt, store)
         many = run_world(size, ranks, Path(tmp) / f"w{ranks}", fmt, store)
     return {"size": size, "ranks": ranks, "format": fmt, "store": store, "one": one,
-            "many": many,
-            "ratio": many["median_s"] / one["median_s"], "load": os.getloadavg()}
+            "many": many, "cpus": os.cpu_count(),
+            "ratio": many["median_s"] / one["median_s"], "load": os.getloadavg(),
+            "floor_ratio": floor_ratio(many, one, os.cpu_count() or 1)}
+
+
+def floor_ratio(many: dict, one: dict, cpus: int) -> float | None:
+    """The least ratio of N ranks to one rank this machine allows for the work as it is: the
+    N-rank generation's CPU-seconds (every process of the machine: ranks, daemon, git, the
+    LFS server) spread perfectly over ``cpus`` cores, against one rank's time."""
+    cpu = many.get("machine_cpu_median_s")
+    return None if cpu is None else cpu / cpus / one["median_s"]
 
 
 def render_multirank(r: dict) -> str:
@@ -179,6 +194,16 @@ def render_multirank(r: dict) -> str:
             + ", ".join(f"{k} {v:.2f}" for k, v in run["phases_s"].items() if v is not None)
             + ")")
     lines.append(f"  ratio {r['ranks']} ranks / 1 rank: {r['ratio']:.2f}x (target < 2x)")
+    if r.get("floor_ratio") is not None and one.get("machine_cpu_median_s"):
+        cpus, cpu1, cpu_n = r["cpus"], one["machine_cpu_median_s"], many["machine_cpu_median_s"]
+        lines.append(
+            f"  CPU-seconds of the whole machine per generation: 1 rank {cpu1:.2f} "
+            f"({cpu1 / one['median_s']:.2f} cores busy), {r['ranks']} ranks {cpu_n:.2f} "
+            f"({cpu_n / many['median_s']:.2f} cores busy)")
+        lines.append(
+            f"  floor on these {cpus} cores: {r['ranks']} ranks' CPU-seconds / {cpus} = "
+            f"{cpu_n / cpus:.2f} s = {r['floor_ratio']:.2f}x one rank "
+            "(no scheduling does better without less work per byte)")
     for rank in many["ranks"]:
         lines.append(f"  rank {rank['rank']}: request() {rank['request_s'] * 1e3:.1f} ms vs "
                      f"memcpy of its {fmt_bytes(rank['part_bytes'])} "

@@ -163,6 +163,35 @@ def test_one_state_generator_sizes_and_shapes():
     assert list(single) == ["layer000_w"] and single["layer000_w"].shape == (1024, 1024)
 
 
+def test_machine_busy_seconds_count_every_process_but_idle_wait_and_steal(tmp_path):
+    import os
+
+    from snapops.bench._measure import machine_busy_seconds
+
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(f"cpu  {3 * tick} {tick} {2 * tick} 999999 888888 {tick} {tick} 777777 0 0\n"
+                    "cpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert machine_busy_seconds(stat) == pytest.approx(8.0)
+    stat.write_text("intr 1 2 3 4 5 6 7 8\n")
+    assert machine_busy_seconds(stat) is None
+    stat.write_text("cpu  1 2 x\n")
+    assert machine_busy_seconds(stat) is None
+    assert machine_busy_seconds(tmp_path / "missing") is None
+    assert machine_busy_seconds() > 0          # this machine's own /proc/stat
+
+
+def test_multirank_floor_spreads_the_n_rank_cpu_over_the_cores():
+    from snapops.bench.multirank import floor_ratio
+
+    one = {"median_s": 1.0, "machine_cpu_median_s": 0.9}
+    many = {"median_s": 3.0, "machine_cpu_median_s": 5.0}
+    assert floor_ratio(many, one, 2) == pytest.approx(2.5)
+    assert floor_ratio(many, one, 8) == pytest.approx(0.625)
+    assert floor_ratio({"median_s": 3.0, "machine_cpu_median_s": None}, one, 2) is None
+
+
 def _imports(path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     names = set()
