@@ -247,16 +247,18 @@ class DigestingFile:
 
 @contextlib.contextmanager
 def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
-                        stable: bool = False, mode: int = 0o644) -> Iterator[DigestingFile]:
+                        stable: bool = False, mode: int = 0o644,
+                        durable: bool = True) -> Iterator[DigestingFile]:
     """``atomic_write`` yielding a :class:`DigestingFile`; ``f.hexdigest()`` and ``f.size``
-    are set once the file is in place (the hashing still behind finishes during the fsync)."""
+    are set once the file is in place (the hashing still behind finishes during the fsync).
+    ``durable=False``: no fsyncs, as for :func:`atomic_write`."""
     digesting = None
 
     def finish(tmp: Path) -> None:
         digesting.finish(tmp)
 
     try:
-        with atomic_write(path, mode=mode, before_replace=finish) as handle:
+        with atomic_write(path, mode=mode, before_replace=finish, durable=durable) as handle:
             digesting = DigestingFile(handle, seekable=seekable, stable=stable)
             yield digesting
             if seekable:

@@ -179,14 +179,16 @@ class ObjectStore:
         return sha, target.stat().st_size
 
     def put_written(self, write: Callable[[BinaryIO], object],
-                    max_size: int | None = None) -> tuple[str, int] | None:
+                    max_size: int | None = None, *,
+                    durable: bool | None = None) -> tuple[str, int] | None:
         """Add the file ``write(f)`` produces (``f`` is seekable: a writer may patch a header
         last); its (sha256, size), or None, and nothing added, when it came out larger than
-        ``max_size``. Written, fsync'd and hashed under a private name, then renamed to its
-        digest."""
+        ``max_size``. Written, fsync'd (unless ``durable`` is False; None: as the store is)
+        and hashed under a private name, then renamed to its digest."""
+        durable = self.durable if durable is None else durable
         incoming = self.root / f".incoming.{os.getpid()}.{threading.get_ident()}"
         try:
-            with atomic_write_digest(incoming, seekable=True) as f:
+            with atomic_write_digest(incoming, seekable=True, durable=durable) as f:
                 write(f)
             if max_size is not None and f.size > max_size:
                 return None
@@ -194,7 +196,8 @@ class ObjectStore:
             os.replace(incoming, self.path(sha))
         finally:
             incoming.unlink(missing_ok=True)
-        fsync_dir(self.root)
+        if durable:
+            fsync_dir(self.root)
         return sha, f.size
 
     def _trusted(self, sha: str, size: int) -> bool:

@@ -146,11 +146,14 @@ class LfsStash:
         chosen = self._base(prior, record)
         if chosen is not None:
             number, base, kept = chosen
+            # not fsync'd: a residual is only read back to be uploaded, before any pointer
+            # names it, and goes at the next trim (never a base); a crash before the commit
+            # serializes the generation again and writes it again (11% of a 4-rank serialize)
             with mapped(self.objects.path(base.sha256)) as old, mapped(full) as new:
                 stored = self.objects.put_written(
                     lambda f: write_residual(old, new, f, itemsize=itemsize,
                                              base_sha256=base.sha256, target_sha256=sha),
-                    max_size=int(RESIDUAL_MAX_SHARE * size))
+                    max_size=int(RESIDUAL_MAX_SHARE * size), durable=False)
             if stored is not None:
                 oid, osize = stored
                 encoding, base_gen = "res", base.gen

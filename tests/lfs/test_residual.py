@@ -177,14 +177,17 @@ def test_planes_stream_in_chunks_as_the_layout_says(monkeypatch, base_len, targe
     assert encode_residual(base, target, itemsize=4) == blob
 
 
-def test_a_residual_too_large_for_the_store_is_not_added(tmp_path):
+@pytest.mark.parametrize("durable", [None, False])
+def test_a_residual_too_large_for_the_store_is_not_added(tmp_path, durable):
+    """Durable or not (the daemon's residuals are not fsync'd), an object is whole under its
+    digest or absent, and nothing else is left in the store."""
     store = ObjectStore(tmp_path / "cache")
     rng = np.random.default_rng(3)
     base, target = (rng.integers(0, 256, 10_000, dtype=np.uint8).tobytes() for _ in range(2))
     write = lambda f: residual.write_residual(base, target, f, itemsize=4)  # noqa: E731
-    assert store.put_written(write, max_size=5_000) is None      # random bytes: no gain
+    assert store.put_written(write, max_size=5_000, durable=durable) is None   # no gain
     assert [p.name for p in store.root.iterdir()] == []
-    sha, size = store.put_written(write)
+    sha, size = store.put_written(write, durable=durable)
     assert store.path(sha).read_bytes() == encode_residual(base, target, itemsize=4)
     assert hashlib.sha256(store.path(sha).read_bytes()).hexdigest() == sha
     assert [p.name for p in store.root.iterdir()] == [sha] and size > 10_000
