@@ -23,7 +23,7 @@ from snapops.formats.generation.write import Written, seal_in_ledger
 from snapops.formats.keys import generate_keys
 
 from .genrepo import (
-    MANIFEST, RUN, SNAPOPS, GenRepo, commit_with, files_under, git_env, guarded_remote,
+    MANIFEST, RUN, SNAPOPS, GenRepo, Repo, commit_with, files_under, git_env, guarded_remote,
     make_repo, state, tag,
 )
 
@@ -75,16 +75,39 @@ def named(text: str, rules: str) -> bool:
 
 def make_world(tmp_path: Path, keys: Path, fmt: str = "wtxt", *, fsck: bool = True,
                **spec) -> World:
+    """Generations 1 and 2 pushed through the guarded remote. Built once per worker and
+    kind (format, fsck, spec, keys), then copied: the copy differs only in where its work
+    tree's origin points, so every test still gets its own remote and work tree."""
     env = git_env(tmp_path)
-    remote = guarded_remote(tmp_path / "remote.git", env, keys, fsck=fsck)
-    make_repo(tmp_path / "work", env)
+    built = _template(keys, fmt, fsck, spec)
+    for name in ("remote.git", "work"):
+        shutil.copytree(built / name, tmp_path / name, symlinks=True)
+    remote = Repo(tmp_path / "remote.git", env)
     work = GenRepo(tmp_path / "work", env, keys, fmt, **spec)
-    work.git("remote", "add", "origin", str(remote.path))
-    for gen in (1, 2):
-        work.generation(gen)
-        pushed = work.push("main", tag(gen))
-        assert pushed.returncode == 0, pushed.stderr
+    work.git("remote", "set-url", "origin", str(remote.path))
     return World(tmp_path, remote, work, keys)
+
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+def _template(keys: Path, fmt: str, fsck: bool, spec: dict) -> Path:
+    key = repr((str(keys), fmt, fsck, sorted(spec.items())))
+    if key not in _TEMPLATES:
+        root = Path(keys.parent, f"world-{len(_TEMPLATES)}")
+        root.mkdir()
+        env = git_env(root)
+        remote = guarded_remote(root / "remote.git", env, keys, fsck=fsck)
+        make_repo(root / "work", env)
+        work = GenRepo(root / "work", env, keys, fmt, **spec)
+        work.git("remote", "add", "origin", str(remote.path))
+        for gen in (1, 2):
+            work.generation(gen)
+            pushed = work.push("main", tag(gen))
+            assert pushed.returncode == 0, pushed.stderr
+        _TEMPLATES[key] = root
+    return _TEMPLATES[key]
+
 
 
 @pytest.fixture
