@@ -38,7 +38,7 @@ from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import ref_lines, run_git, run_listing, tree_records
+from snapops.formats.gitcmd import fetch_floor, ref_lines, run_git, run_listing, tree_records
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation
@@ -81,12 +81,15 @@ class NodeGit:
 
     def _call(self, args: tuple[str, ...], input: bytes | None, env: dict | None,
               cwd: Path | None, check: bool):
-        return run_git(args, cwd=cwd or self.repo, input=input, env=env, check=check,
-                       stall=self.stall, what=args[0], redact=_url_redactions(args))
+        folder = cwd or self.repo
+        return run_git(args, cwd=folder, input=input, env=env, check=check,
+                       stall=self.stall, what=args[0], redact=_url_redactions(args),
+                       keep_free=fetch_floor(folder) if args[0] == "fetch" else None)
 
     def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
             cwd: Path | None = None) -> bytes:
-        """stdout of ``git args``; GitError (URLs redacted) when it fails or stalls."""
+        """stdout of ``git args``; GitError (URLs redacted) when it fails, stalls, or (a
+        fetch) runs its disk low (:func:`~snapops.formats.gitcmd.fetch_floor`)."""
         return self._call(args, input, env, cwd, check=True).stdout
 
     def succeeds(self, *args: str) -> bool:

@@ -10,6 +10,8 @@ first, so each parent fails and cleans up as on any error; SIGKILL after a grace
   ``git push --progress`` prints a line every second while it writes, and the kernel draining
   a send buffer to a slow link counts too), on a ``cancel``, on any error in the caller, and
   when a streamed blob is closed early;
+* when the disk it writes to runs low (``keep_free``: a fetch from a remote that sends far
+  more than asked would otherwise fill it, and whatever else writes there with it);
 * when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
   guard process holds the live groups (and their output pipes) and ends them when its channel
   from the owner closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
@@ -64,6 +66,8 @@ SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
+DISK_POLL = 0.5                 # seconds between looks at the free space of a keep_free disk
+FETCH_KEEPS_FREE = 1 << 30      # bytes a fetch leaves free on its disk (fetch_floor)
 GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
 ROUND = 0.5                     # seconds the processes signalled in one round get to end
 SETTLE = 0.1                    # seconds their parents get to react before the next round
@@ -403,6 +407,46 @@ class _Silence:
         return self.last + self.stall - now
 
 
+def _free_bytes(folder: str | os.PathLike) -> int:
+    info = os.statvfs(folder)
+    return info.f_bavail * info.f_frsize
+
+
+def fetch_floor(folder: str | os.PathLike) -> tuple[str, int]:
+    """``keep_free`` for a fetch into the repository at ``folder``: it must leave
+    :data:`FETCH_KEEPS_FREE` free on that disk, or half of what is free now when that is less
+    (a nearly full disk still takes a small fetch)."""
+    folder = os.fspath(folder)
+    try:
+        free = _free_bytes(folder)
+    except OSError:
+        free = 2 * FETCH_KEEPS_FREE
+    return folder, min(FETCH_KEEPS_FREE, free // 2)
+
+
+class _DiskFloor:
+    """The bytes a call must leave free on the disk holding ``folder``."""
+
+    def __init__(self, folder: str | os.PathLike, least: int) -> None:
+        self.folder, self.least = os.fspath(folder), least
+        self.probed = 0.0
+
+    def low(self, now: float) -> str | None:
+        """Why the call must end (the disk is low), looked at every DISK_POLL seconds."""
+        if now - self.probed < DISK_POLL:
+            return None
+        self.probed = now
+        try:
+            free = _free_bytes(self.folder)
+        except OSError:
+            return None
+        if free >= self.least:
+            return None
+        return (f"stopped: less than {self.least >> 20} MiB left free on the disk holding "
+                f"{self.folder} (a remote sending far more than asked, or a disk too small "
+                "for it)")
+
+
 class _Pump:
     """Moves bytes between git's pipes and memory; notices silence (a stall) and deadlines."""
 
@@ -421,7 +465,8 @@ class _Pump:
                 self.sel.register(stream, selectors.EVENT_READ)
 
     def run(self, timeout: float | None, stall: float | None,
-            cancel: threading.Event | None = None) -> str | None:
+            cancel: threading.Event | None = None,
+            floor: _DiskFloor | None = None) -> str | None:
         """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
         start = time.monotonic()
         silence = None if stall is None else _Silence(self.proc.pid, stall)
@@ -432,7 +477,12 @@ class _Pump:
                 if cancel is not None and cancel.is_set():
                     return "cancelled"
                 now = time.monotonic()
+                low = floor.low(now) if floor is not None else None
+                if low is not None:
+                    return low
                 limits = [] if cancel is None else [(CANCEL_POLL, None)]
+                if floor is not None:
+                    limits.append((DISK_POLL, None))
                 if timeout is not None:
                     limits.append((start + timeout - now, f"did not finish in {timeout:g} s"))
                 if silence is not None:
@@ -491,13 +541,15 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
             check: bool = True, timeout: float | None = None, stall: float | None = None,
             on_line: Callable[[str], None] | None = None, stdout: IO[bytes] | None = None,
             cancel: threading.Event | None = None, error: type[GitError] = GitError, what: str | None = None,
-            where: str | None = None, redact: Mapping[str, str] | None = None) -> GitResult:
+            where: str | None = None, redact: Mapping[str, str] | None = None,
+            keep_free: tuple[str | os.PathLike, int] | None = None) -> GitResult:
     """Run ``git args`` in ``cwd`` and return what it printed.
 
     ``input`` is fed to its stdin (else stdin is empty); ``stdout`` (a binary file) receives
     its output instead of memory. ``timeout``: seconds in all; ``stall``: seconds without
-    output; ``cancel`` set (another thread stops the call): each ends git and its whole group
-    and raises ``error``. ``on_line`` receives
+    output; ``cancel`` set (another thread stops the call); ``keep_free`` (folder, bytes):
+    less than that left free on the folder's disk: each ends git and its whole group and
+    raises ``error``. ``on_line`` receives
     every stderr line (progress lines too, CR-separated) as it comes. ``check=False`` returns
     a failed result instead of raising (a timeout or stall still raises).
 
@@ -510,7 +562,8 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
                   stdout if stdout is not None else subprocess.PIPE)
     pump, reason, done = _Pump(proc, input, on_line), None, False
     try:
-        reason = pump.run(timeout, stall, cancel)
+        reason = pump.run(timeout, stall, cancel,
+                          _DiskFloor(*keep_free) if keep_free is not None else None)
         done = reason is None
     finally:
         code = _finish(proc, kill=not done)

@@ -5,6 +5,7 @@ owner is SIGKILLed, messages are redacted, streams stop early."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -218,3 +219,55 @@ def test_the_daemon_forgets_git_variables_for_gitpython(monkeypatch):
     forget_hook_environment()
     assert not set(LOCATING) & set(os.environ)
     assert os.environ["GIT_CONFIG_PARAMETERS"] == "'core.abbrev'='12'"
+
+
+def _source_with_a_big_blob(tmp_path: Path, nbytes: int) -> Path:
+    """A bare repository whose main holds one incompressible blob, stored loose at level 0."""
+    src = tmp_path / "src.git"
+    git("init", "-q", "--bare", "-b", "main", str(src))
+    git("config", "core.looseCompression", "0", cwd=src)
+    (tmp_path / "big.bin").write_bytes(os.urandom(nbytes))
+    blob = git("hash-object", "-w", str(tmp_path / "big.bin"), cwd=src)
+    tree = subprocess.run(["git", "mktree"], cwd=src, input=f"100644 blob {blob}\tbig.bin\n",
+                          capture_output=True, text=True, check=True).stdout.strip()
+    commit = git("-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", "-m", "big", tree,
+                 cwd=src)
+    git("update-ref", "refs/heads/main", commit, cwd=src)
+    return src
+
+
+def test_a_fetch_that_would_leave_its_disk_low_is_stopped_and_leaves_no_partial_pack(tmp_path):
+    """A remote sending more than the disk can spare: the fetch is ended (with whatever git
+    started), says why in one line, and git's temporary pack goes with it. (Another test
+    freeing space meanwhile could let one attempt fit: three attempts.)"""
+    from snapops.formats.gitcmd import _free_bytes
+    from snapops.remote import LOCAL_UPLOAD_PACK
+
+    src = _source_with_a_big_blob(tmp_path, 64 << 20)
+    for attempt in range(3):
+        dest = tmp_path / f"dest{attempt}.git"
+        git("init", "-q", "--bare", str(dest))
+        floor = _free_bytes(dest) - (8 << 20)       # the 64 MiB pack cannot fit above it
+        try:
+            run_git(["fetch", "-q", f"--upload-pack={LOCAL_UPLOAD_PACK}", f"file://{src}",
+                     "+refs/heads/main:refs/heads/main"], cwd=dest, what="fetch",
+                    keep_free=(dest, floor))
+        except GitError as exc:
+            caught = str(exc)
+            break
+    else:
+        pytest.fail("three fetches that could not fit were not stopped")
+    assert re.fullmatch(r"git fetch failed: stopped: less than \d+ MiB left free on the disk "
+                        r"holding \S+dest\d\.git \(.*", caught), caught
+    assert not list((dest / "objects" / "pack").glob("tmp_*"))
+    assert run_git(["rev-parse", "--verify", "-q", "refs/heads/main"], cwd=dest,
+                   check=False).returncode != 0
+
+
+def test_a_fetch_keeps_a_gibibyte_free_or_half_of_a_nearly_full_disk(tmp_path):
+    from snapops.formats.gitcmd import FETCH_KEEPS_FREE, _free_bytes, fetch_floor
+
+    folder, least = fetch_floor(tmp_path)
+    assert folder == str(tmp_path)
+    assert least == min(FETCH_KEEPS_FREE, _free_bytes(tmp_path) // 2) or \
+        abs(least - min(FETCH_KEEPS_FREE, _free_bytes(tmp_path) // 2)) < (64 << 20)

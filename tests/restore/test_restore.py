@@ -6,6 +6,7 @@ skipped by ``--latest-verified`` with its reason; hostile names fail with one li
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -125,6 +126,27 @@ def test_a_url_gets_one_shallow_commit_and_nothing_is_left_behind(remotes, tmp_p
             assert fetched == "1", "a shallow fetch of one commit, not the history"
             assert (Path(repo.git.cwd) / "shallow").is_file()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_restore_whose_fetch_would_run_the_disk_low_fails_in_one_line(remotes, tmp_path,
+                                                                       monkeypatch, capsys):
+    """The fetch of a generation that would leave less free than the restore allows (set
+    here just above what is free: any generation is too much) is stopped; the CLI says so in
+    one line, writes nothing, and leaves no temporary repository."""
+    import snapops.remote as remote
+
+    _, base = remotes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(remote, "fetch_floor", lambda folder: (
+        str(folder), shutil.disk_usage(folder).free + (1 << 30)))
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "gen1.safetensors"
+    assert main(["restore", f"file://{base}/wtxt.git", "--run", RUN, "--gen", "1", "-o",
+                 str(out)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot fetch tag t/gen-000001" in err and \
+        "MiB left free on the disk holding" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and not out.exists()
 
 
 def tampered_remote(base: Path, work: Path) -> str:
