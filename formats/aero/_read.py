@@ -376,10 +376,11 @@ class AeroFile(ArrayMapping):
             w = f.array("layer.0.weight")     # a read-only view on the mmap
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, follow: bool = True) -> None:
+        """``follow=False``: a symlink is refused (the members an AEROSET's JSON names)."""
         self.path = os.fspath(path)
         try:
-            with open_input(self.path) as handle:
+            with open_input(self.path, follow=follow) as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size == 0:
                     raise TruncatedError("empty file", path=self.path, offset=0,

@@ -461,7 +461,8 @@ class AeroSet(ArrayMapping):
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc
         self.doc = parse_set(data, where)
-        self.index = AeroFile(self.folder / self.doc["global_tidx"]["path"])
+        self.index = AeroFile(member(self.folder, self.doc["global_tidx"]["path"]),
+                              follow=False)
         self.tensors = self.index.tensors
         self.by_name = {t.name: t for t in self.tensors}
         self._parts: dict[str, AeroFile] = {}
@@ -480,7 +481,7 @@ class AeroSet(ArrayMapping):
 
     def part(self, rel: str) -> AeroFile:
         if rel not in self._parts:
-            f = AeroFile(self.folder / rel)
+            f = AeroFile(member(self.folder, rel), follow=False)
             try:
                 self._maps[rel] = _shard_map(f, self._listed[rel])
             except FormatError:
@@ -582,9 +583,20 @@ def verify_set(path: str | os.PathLike, level: str = "full", *,
     return report
 
 
+def member(folder: Path, rel: str) -> Path:
+    """The file ``rel`` (a name the JSON gives) beside the set's JSON, never through a
+    symlink: a checked-out tree could plant one pointing anywhere."""
+    file = folder / rel
+    if file.is_symlink():
+        raise FormatError("a member of the set is a symlink (not followed)", path=str(file),
+                          check="aeroset", expected="a regular file beside the set's JSON",
+                          got="a symlink")
+    return file
+
+
 def _verify_member(folder: Path, entry: dict, level: str, workers: int | None,
                    report: Report) -> None:
-    file = folder / entry["path"]
+    file = member(folder, entry["path"])
     try:
         size = file.stat().st_size
     except OSError as exc:

@@ -134,6 +134,26 @@ def test_garbage_index_json(tmp_path, blob):
     assert not aeroset.verify(tmp_path).ok
 
 
+@pytest.mark.parametrize("which", ["part", "index"])
+def test_a_member_that_is_a_symlink_is_not_followed(tmp_path, which):
+    """A set checked out of a tree someone else wrote: a member replaced by a symlink to a
+    file elsewhere (here a byte-identical copy, so size and digest would pass) is refused
+    by verify and load alike, and nothing is read through it."""
+    index = write_set(tmp_path)
+    doc = json.loads(index.read_text())
+    rel = doc["parts"][1]["path"] if which == "part" else doc["global_tidx"]["path"]
+    member = index.parent / rel
+    elsewhere = tmp_path / "elsewhere.aero"
+    elsewhere.write_bytes(member.read_bytes())
+    member.unlink()
+    member.symlink_to(elsewhere)
+    report = aeroset.verify(index, level="full")
+    assert report.failure.check == "aeroset" and "symlink" in str(report.failure)
+    with pytest.raises(FormatError, match=r"\[aeroset\] a member of the set is a symlink "
+                                          r"\(not followed\)"):
+        aeroset.load(index)
+
+
 def test_missing_part(tmp_path):
     index = write_set(tmp_path)
     doc = json.loads(index.read_text())
