@@ -113,6 +113,7 @@ def test_relative_links_in_readme_and_docs_resolve(clone, tracked):
     assert checked > 20
 
 
+@pytest.mark.slow
 def test_wtxt_vector_tests_pass_in_the_clone(clone):
     """Run with this interpreter from inside the clone: the tests read the clone's vectors (the
     reference regenerates them there and compares), and nothing outside the clone is needed."""

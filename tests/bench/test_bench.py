@@ -117,6 +117,7 @@ def test_seal_suite_reports_delta_armor_and_signatures(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_review_suite_times_the_hooks_the_verifier_and_the_diff(tmp_path, capsys):
     r = _bench(capsys, "review", "--size", "1MiB", "--rounds", "1", "--workdir", str(tmp_path))
     gens, diff = r["generations"], r["diff"]

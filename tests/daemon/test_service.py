@@ -229,6 +229,7 @@ def test_bad_spool_and_wal_content_are_skipped(tmp_path):
     assert env.remote_tags(str(bare)) == ["t/gen-000002"]
 
 
+@pytest.mark.slow
 def test_request_cli_status_and_second_daemon_refused(tmp_path, capsys):
     bare = init_bare(tmp_path / "remote.git")
     env = DaemonEnv(tmp_path, {"origin": str(bare)})
@@ -270,6 +271,7 @@ def test_binary_formats_are_committed_and_verified(tmp_path, fmt):
     assert any(f.endswith(f".{fmt}") for f in files)
 
 
+@pytest.mark.slow
 def test_sealing_options_delta_wsum_age_retention_json_logs(tmp_path):
     """age-armored shards, DELTA v2 files, WSUM streaming shards, a retention ring of 1 and
     JSON logs, all from the config file."""
@@ -340,6 +342,7 @@ def test_delta_files_for_plain_wtxt_shards(tmp_path):
     assert (tmp_path / "rebuilt.wtxt").read_bytes() == shard.read_bytes()
 
 
+@pytest.mark.slow
 def test_daemon_pushes_through_pre_receive_hook_and_ledger_matches_manifests(tmp_path):
     """The server side runs snapops' pre-receive hook on every daemon push (signatures
     required): clean generations are accepted, and every ledger line matches its MANIFEST."""

@@ -59,6 +59,7 @@ def test_second_writer_is_refused_in_the_same_and_in_another_process(tmp_path):
     assert all(s.fields["w"] == "0" for s in state.gens.values())
 
 
+@pytest.mark.slow
 def test_daemon_reports_a_foreign_writer_and_pushes_the_real_one(tmp_path):
     env = _env(tmp_path)
     try:

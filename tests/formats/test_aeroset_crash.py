@@ -83,6 +83,7 @@ def steps_of_a_save(tmp_path) -> list[str]:
     return log
 
 
+@pytest.mark.slow
 def test_a_save_over_a_set_interrupted_at_any_step_leaves_old_or_new(tmp_path):
     steps = steps_of_a_save(tmp_path)
     assert {"write_file", "_rename", "fsync_dir", "atomic_write_bytes", "_remove"} <= set(steps)

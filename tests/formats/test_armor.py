@@ -204,6 +204,7 @@ def test_ssh_ed25519_recipient_both_ways(tmp_path, key):
         assert (tmp_path / "out").read_bytes() == data
 
 
+@pytest.mark.slow
 def test_passphrase_both_ways_with_age_cli(tmp_path):
     data = write_random(tmp_path / "plain", 5_000)
     armor.encrypt_file(tmp_path / "plain", tmp_path / "c.age", passphrase="correct horse")

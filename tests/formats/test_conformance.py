@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from snapops.formats.registry import HANDLER_MODULES
 from tests.formats.conformance import PROBE, FormatConformance
@@ -30,6 +31,7 @@ class TestAero(FormatConformance):
     name = "aero"
 
 
+@pytest.mark.slow     # its flipped-bit walk takes 10-13 s: started early
 class TestAeroset(FormatConformance):
     name = "aeroset"
 
@@ -65,6 +67,7 @@ class TestSafetensors(FormatConformance):
     name = "safetensors"
 
 
+@pytest.mark.slow     # its flipped-bit walk takes 10-13 s: started early
 class TestPt(FormatConformance):
     name = "pt"
 

@@ -410,6 +410,7 @@ def tree_bomb(repo: GenRepo, depth: int) -> str:
     return tree
 
 
+@pytest.mark.slow
 def test_tree_bomb_is_refused_at_the_path_limit(world):
     """2**40 paths in 41 objects (git would list them for days, holding them in memory),
     outside the runs or in one: refused once a listing passes snapops.maxPaths, by the hook
