@@ -424,12 +424,18 @@ def fetch_floor(folder: str | os.PathLike) -> tuple[str, int]:
     return folder, min(FETCH_KEEPS_FREE, free // 2)
 
 
+class DiskLow(GitError):
+    """git was stopped because the disk it wrote to ran low (``keep_free``): not a fault of
+    what was asked for, so a caller that takes a failed fetch for "not there" must not."""
+
+
 class _DiskFloor:
     """The bytes a call must leave free on the disk holding ``folder``."""
 
     def __init__(self, folder: str | os.PathLike, least: int) -> None:
         self.folder, self.least = os.fspath(folder), least
         self.probed = 0.0
+        self.tripped = False
 
     def low(self, now: float) -> str | None:
         """Why the call must end (the disk is low), looked at every DISK_POLL seconds."""
@@ -442,9 +448,10 @@ class _DiskFloor:
             return None
         if free >= self.least:
             return None
-        return (f"stopped: less than {self.least >> 20} MiB left free on the disk holding "
-                f"{self.folder} (a remote sending far more than asked, or a disk too small "
-                "for it)")
+        self.tripped = True
+        least = f"{self.least >> 20} MiB" if self.least >= 1 << 20 else f"{self.least} bytes"
+        return (f"stopped: less than {least} left free on the disk holding {self.folder} "
+                "(a remote sending far more than asked, or a disk too small for it)")
 
 
 class _Pump:
@@ -561,9 +568,9 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
     proc = _spawn(args, cwd, env, subprocess.PIPE if input is not None else subprocess.DEVNULL,
                   stdout if stdout is not None else subprocess.PIPE)
     pump, reason, done = _Pump(proc, input, on_line), None, False
+    floor = _DiskFloor(*keep_free) if keep_free is not None else None
     try:
-        reason = pump.run(timeout, stall, cancel,
-                          _DiskFloor(*keep_free) if keep_free is not None else None)
+        reason = pump.run(timeout, stall, cancel, floor)
         done = reason is None
     finally:
         code = _finish(proc, kill=not done)
@@ -572,7 +579,8 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
         summary = summarize(result, redact)
         text = f"git {what or args[0]} failed: " + (f"{reason} | {summary}" if reason
                                                       else summary)
-        raise error(f"{where}: {text}" if where else text) from GitExit(result, reason)
+        kind = DiskLow if floor is not None and floor.tripped else error
+        raise kind(f"{where}: {text}" if where else text) from GitExit(result, reason)
     return result
 
 

@@ -37,7 +37,7 @@ from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
 from snapops.formats.generation.manifest import parse_gen_text
 from snapops.formats.generation.source import GitTreeSource
-from snapops.formats.gitcmd import fetch_floor, ref_lines, run_git
+from snapops.formats.gitcmd import DiskLow, fetch_floor, ref_lines, run_git
 from snapops.formats.iosafe import PATH_MAX, shown, user_path
 from snapops.formats.lfs.access import read_record
 from snapops.formats.lfs.retention import RetentionRecord
@@ -258,7 +258,7 @@ class Repository:
                       "--no-write-fetch-head", *local, "--end-of-options", self.url,
                       f"+{spec}:{ref}", what="fetch", keep_free=fetch_floor(self.git.cwd))
         except GitError as exc:
-            if not check:
+            if not check and not isinstance(exc, DiskLow):   # DiskLow: not "not there"
                 return False
             raise ConfigError(f"{self.shown}: cannot fetch {what}: {exc}") from None
         return True
@@ -271,4 +271,4 @@ class Repository:
             return run_git((*low_speed, *args), cwd=self.git.cwd, what=what,
                            stall=STALL_SECONDS, redact=self._redact, keep_free=keep_free)
         except GitError as exc:   # git spells the URL its own way too (a trailing slash...)
-            raise GitError(redact_url(str(exc))) from None
+            raise type(exc)(redact_url(str(exc))) from None

@@ -461,7 +461,7 @@ class AeroSet(ArrayMapping):
         except OSError as exc:
             raise FormatError(f"cannot read: {exc.strerror}", path=where) from exc
         self.doc = parse_set(data, where)
-        self.index = AeroFile(member(self.folder, self.doc["global_tidx"]["path"]),
+        self.index = AeroFile(_member(self.folder, self.doc["global_tidx"]["path"]),
                               follow=False)
         self.tensors = self.index.tensors
         self.by_name = {t.name: t for t in self.tensors}
@@ -481,7 +481,7 @@ class AeroSet(ArrayMapping):
 
     def part(self, rel: str) -> AeroFile:
         if rel not in self._parts:
-            f = AeroFile(member(self.folder, rel), follow=False)
+            f = AeroFile(_member(self.folder, rel), follow=False)
             try:
                 self._maps[rel] = _shard_map(f, self._listed[rel])
             except FormatError:
@@ -583,7 +583,7 @@ def verify_set(path: str | os.PathLike, level: str = "full", *,
     return report
 
 
-def member(folder: Path, rel: str) -> Path:
+def _member(folder: Path, rel: str) -> Path:
     """The file ``rel`` (a name the JSON gives) beside the set's JSON, never through a
     symlink: a checked-out tree could plant one pointing anywhere."""
     file = folder / rel
@@ -596,7 +596,7 @@ def member(folder: Path, rel: str) -> Path:
 
 def _verify_member(folder: Path, entry: dict, level: str, workers: int | None,
                    report: Report) -> None:
-    file = member(folder, entry["path"])
+    file = _member(folder, entry["path"])
     try:
         size = file.stat().st_size
     except OSError as exc:

@@ -240,7 +240,7 @@ def test_a_fetch_that_would_leave_its_disk_low_is_stopped_and_leaves_no_partial_
     """A remote sending more than the disk can spare: the fetch is ended (with whatever git
     started), says why in one line, and git's temporary pack goes with it. (Another test
     freeing space meanwhile could let one attempt fit: three attempts.)"""
-    from snapops.formats.gitcmd import _free_bytes
+    from snapops.formats.gitcmd import DiskLow, _free_bytes
     from snapops.remote import LOCAL_UPLOAD_PACK
 
     src = _source_with_a_big_blob(tmp_path, 64 << 20)
@@ -252,7 +252,7 @@ def test_a_fetch_that_would_leave_its_disk_low_is_stopped_and_leaves_no_partial_
             run_git(["fetch", "-q", f"--upload-pack={LOCAL_UPLOAD_PACK}", f"file://{src}",
                      "+refs/heads/main:refs/heads/main"], cwd=dest, what="fetch",
                     keep_free=(dest, floor))
-        except GitError as exc:
+        except DiskLow as exc:          # a GitError of its own kind: not "not there"
             caught = str(exc)
             break
     else:
