@@ -80,17 +80,16 @@ class NodeGit:
         self.repo, self.stall = Path(repo), stall
 
     def _call(self, args: tuple[str, ...], input: bytes | None, env: dict | None,
-              cwd: Path | None, check: bool):
-        folder = cwd or self.repo
-        return run_git(args, cwd=folder, input=input, env=env, check=check,
+              cwd: Path | None, check: bool, keep_free: tuple[str, int] | None = None):
+        return run_git(args, cwd=cwd or self.repo, input=input, env=env, check=check,
                        stall=self.stall, what=args[0], redact=_url_redactions(args),
-                       keep_free=fetch_floor(folder) if args[0] == "fetch" else None)
+                       keep_free=keep_free)
 
     def run(self, *args: str, input: bytes | None = None, env: dict | None = None,
-            cwd: Path | None = None) -> bytes:
-        """stdout of ``git args``; GitError (URLs redacted) when it fails, stalls, or (a
-        fetch) runs its disk low (:func:`~snapops.formats.gitcmd.fetch_floor`)."""
-        return self._call(args, input, env, cwd, check=True).stdout
+            cwd: Path | None = None, keep_free: tuple[str, int] | None = None) -> bytes:
+        """stdout of ``git args``; GitError (URLs redacted) when it fails, stalls, or runs
+        the disk low (``keep_free``, as :func:`~snapops.formats.gitcmd.run_git` takes it)."""
+        return self._call(args, input, env, cwd, check=True, keep_free=keep_free).stdout
 
     def succeeds(self, *args: str) -> bool:
         return self._call(args, None, None, None, check=False).ok
@@ -389,7 +388,7 @@ class PartExchange:
             raise FormatError("this committer has no HMAC key ([seal] hmac_key): no part can "
                               "be authenticated", path=part.ref, check="hmac")
         self.git.run("fetch", "--no-tags", "--no-write-fetch-head", self.cluster.remote.url,
-                     f"+{part.ref}:{part.ref}")
+                     f"+{part.ref}:{part.ref}", keep_free=fetch_floor(self.git.repo))
         # the ref may have moved since it was listed: keep the commit recorded (a GitError if
         # it is not here; the next poll lists the new one)
         self.git.run("update-ref", part.ref, part.commit)
