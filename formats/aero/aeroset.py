@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Iterator
@@ -587,7 +588,14 @@ def _member(folder: Path, rel: str) -> Path:
     """The file ``rel`` (a name the JSON gives) beside the set's JSON, never through a
     symlink: a checked-out tree could plant one pointing anywhere."""
     file = folder / rel
-    if file.is_symlink():
+    try:
+        link = stat.S_ISLNK(os.lstat(file).st_mode)
+    except FileNotFoundError:
+        link = False                     # the caller's read names the missing file
+    except OSError as exc:               # a name too long for the file system, say
+        raise FormatError(f"cannot read: {exc.strerror}", path=str(file), check="aeroset",
+                          expected="a file beside the set's JSON") from None
+    if link:
         raise FormatError("a member of the set is a symlink (not followed)", path=str(file),
                           check="aeroset", expected="a regular file beside the set's JSON",
                           got="a symlink")

@@ -173,7 +173,13 @@ class FinfFile(ArrayMapping):
         uri = ref.source
         if uri not in self._externals:
             target = resolve_uri(uri, os.path.dirname(os.path.abspath(self.path)), ref.line)
-            if not target.is_file():
+            try:
+                present = target.is_file()
+            except OSError as exc:           # a path too long for the file system, say
+                raise FormatError(f"exploded block file unreadable: {exc.strerror}",
+                                  path=self.path, line=ref.line, check="uri",
+                                  expected=f"a FINF file at {uri}", got=exc.strerror) from None
+            if not present:
                 raise FormatError("exploded block file missing", path=self.path, line=ref.line,
                                   expected=f"a FINF file at {uri}", got="nothing", check="uri")
             ext = FinfFile(target, limits=self.limits)

@@ -154,6 +154,22 @@ def test_a_member_that_is_a_symlink_is_not_followed(tmp_path, which):
         aeroset.load(index)
 
 
+@pytest.mark.parametrize("which", ["part", "index"])
+def test_a_member_name_too_long_for_the_file_system_is_a_typed_error(tmp_path, which):
+    """Fuzz seed 2701, aeroset case 966: a JSON naming ``part-999...9.aero`` (400 digits, a
+    name the pattern allows) made the symlink check raise a bare OSError (ENAMETOOLONG)."""
+    index = write_set(tmp_path)
+    doc = json.loads(index.read_text())
+    entry = doc["parts"][1] if which == "part" else doc["global_tidx"]
+    entry["path"] = "part-" + "9" * 400 + ".aero"
+    index.write_text(json.dumps(doc))
+    report = aeroset.verify(index, level="full")
+    assert not report.ok and report.failure.check == "aeroset"
+    assert "cannot read: File name too long" in str(report.failure)
+    with pytest.raises(FormatError, match=r"\[aeroset\] cannot read: File name too long"):
+        aeroset.load(index)
+
+
 def test_missing_part(tmp_path):
     index = write_set(tmp_path)
     doc = json.loads(index.read_text())

@@ -400,6 +400,20 @@ def test_missing_block_file_is_a_typed_error(tmp_path):
         finf.load(tmp_path / "parts" / "m.finf")
 
 
+def test_a_block_file_name_too_long_for_the_file_system_is_a_typed_error(tmp_path):
+    """A URI of plain segments may still name a file no file system holds (a 300-character
+    segment): stat's ENAMETOOLONG is a typed refusal, not an OSError."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    tree = tree_with(f"  w: !ndarray {{source: '{'b' * 300}.finf', dtype: uint8, shape: [1]}}\n")
+    (folder / "t.finf").write_bytes(make_file(tree, []))
+    with pytest.raises(FormatError, match=r"\[uri\] array w: exploded block file unreadable: "
+                                          r"File name too long"):
+        finf.load(folder / "t.finf")
+    report = finf.verify(folder / "t.finf")
+    assert not report.ok and report.failure.check == "uri"
+
+
 def test_cli_explode_implode(tmp_path, capsys):
     path = write(tmp_path)
     assert main(["finf", "explode", str(path), str(tmp_path / "parts")]) == 0
