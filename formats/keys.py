@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .atomic import atomic_write_bytes
 from .errors import FormatError, KeyMaterialError, looks_like_key_material
-from .iosafe import open_input
+from .iosafe import open_input, user_path
 
 _HMAC_HEX = re.compile(rb"[0-9a-f]{64}\n?")
 MAX_KEY_FILE = 64 * 1024
@@ -186,6 +186,6 @@ def coerce_trusted(value) -> dict[str, Ed25519PublicKey]:
         elif isinstance(item, dict):  # already loaded (keyid -> key)
             keys.update(item)
         else:
-            paths.append(item)
+            paths.append(user_path(item, "trusted key path"))
     keys.update(load_trusted_keys(paths))
     return keys

@@ -12,7 +12,7 @@ import pytest
 import snapops
 from snapops.formats.contract import SaveOptions, VerifyOptions
 from snapops.formats.dtypes import dtype_name
-from snapops.formats.errors import DataError, LimitError
+from snapops.formats.errors import DataError, LimitError, SnapopsError
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import HANDLER_MODULES, handler
 
@@ -182,6 +182,17 @@ def test_verify_and_load_option_values_are_typed(tmp_path, name, key, value, exp
         snapops.verify(path, **{key: value})
     with pytest.raises(DataError, match=rf"^{name} load: {key}=.*: expected {expected}"):
         handler(name).load(path, **{key: value})
+
+
+def test_a_trusted_key_path_no_file_system_holds_is_refused_as_a_key_problem(tmp_path):
+    """It was reported as the file under test being unreadable ("[io] ... File name too
+    long"), which blamed the wrong file."""
+    path = snapops.save(ONES, tmp_path / "k.wtxt").path
+    report = snapops.verify(path, trusted_keys=[tmp_path / ("k" * 300)])
+    assert not report.ok and report.failure.check == "keys"
+    assert "trusted key path too long (at most 255 bytes a name" in str(report.failure)
+    with pytest.raises(SnapopsError, match=r"trusted key path too long"):
+        handler("wtxt").load(path, trusted_keys=[tmp_path / ("k" * 300)])
 
 
 def test_verify_options_checked_when_built_directly():
