@@ -267,6 +267,20 @@ class PushQueue:
         with self._cond:
             return {name: state.snapshot(now) for name, state in self._remotes.items()}
 
+    def retry_waiting(self) -> bool:
+        """Whether a remote waits for a scheduled retry (after a failed attempt)."""
+        with self._cond:
+            return any(s.next_retry is not None and s.pending for s in self._remotes.values())
+
+    def clock_stepped(self, seconds: float) -> None:
+        """The wall clock jumped by ``seconds``: the retry times :meth:`status` shows move with
+        it (the owner moves the scheduler's jobs, :func:`~daemon.clockwatch.shift_jobs`)."""
+        with self._cond:
+            for state in self._remotes.values():
+                if state.next_retry is not None:
+                    state.next_retry += seconds
+        self._changed()
+
     def flush(self, timeout: float) -> bool:
         """Wait until no remote has pending or running work (True) or ``timeout`` s pass."""
         with self._cond:

@@ -37,6 +37,7 @@ from snapops.formats.generation.verify import GenerationOptions, verify_generati
 from snapops.formats.gitcmd import children
 
 from .client import WAL_NAME
+from .clockwatch import CHECK_EVERY, ClockWatch, shift_jobs
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SERIALIZED, SPOOLED
 from .daemonlock import lock_folders, release
 from .maintenance import maintain
@@ -49,6 +50,7 @@ from .serialize import Sealing, generation_spec, ledger_path, run_dir, serialize
 from .spool import spool_files
 from .wakeup import Waker, watch_file
 from .wal import DAEMON_WRITER, Wal, WalError, WalReader, WalState, error_token
+from .walstatus import status_from
 from .lfsstore import LFSCONFIG, open_stash, switch_off_filters, write_lfs_files
 from .worktree import (
     ATTRIBUTES, WorktreeRecord, configure_repo, restore_paths, write_delta_attributes,
@@ -94,6 +96,7 @@ class Daemon:
         self.cleaned: list[str] = []               # leftover temp files removed at start
         self._sweep_locks = False   # a serialize/commit step failed: sweep dead git locks first
         self.started = clock()
+        self.clock_watch = ClockWatch(clock)
 
     # --- lifecycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -172,6 +175,8 @@ class Daemon:
     def _serve(self) -> None:
         """Work only when something can be new; otherwise sleep (see the module docstring)."""
         while not self.stopping():
+            if (step := self.clock_watch.step()) != 0.0:
+                self._clock_stepped(step)
             if self._has_news():
                 self.step()
             if self._maintenance_at is not None and self.clock() >= self._maintenance_at:
@@ -218,7 +223,22 @@ class Daemon:
                 wait = min(wait, due - now)
         if self._status_dirty:
             wait = min(wait, self._status_due - time.monotonic())
+        if self.pushq.retry_waiting():   # a step of the clock would delay it: look often
+            wait = min(wait, CHECK_EVERY)
         return max(0.0, wait)
+
+    def _clock_stepped(self, seconds: float) -> None:
+        """Keep every wait at its real length: apscheduler's jobs and this loop's deadlines
+        are wall-clock times (the rank timeouts stay: they count from the clients' stamps)."""
+        moved = shift_jobs(self.scheduler, seconds)
+        self.pushq.clock_stepped(seconds)
+        self.retry_at += seconds
+        if self._maintenance_at is not None:
+            self._maintenance_at += seconds
+        if self._abandon_check_at is not None:
+            self._abandon_check_at += seconds
+        log.warning("wall clock stepped by %+.0f s: %d scheduled job(s) and the daemon's own "
+                    "retry times moved with it", seconds, moved)
 
     def _status_changed(self) -> None:
         """The push queue changed what status shows (called from its threads)."""
@@ -652,43 +672,3 @@ class Daemon:
             atomic_write_bytes(self.state_dir / "status.json", data, mode=0o600)
         except OSError as exc:
             log.error("cannot write status: %s", exc)
-
-
-def status_from(state: WalState, remotes: set[str], **extra) -> dict:
-    """What ``snapops daemon status`` shows; computable from the WAL alone.
-
-    ``dropped_details`` names why each of the last 50 dropped generations was dropped
-    (``reason`` from :data:`snapops.daemon.lifecycle.DROP_REASONS`, ``error`` as recorded);
-    ``wal_rejected`` counts the records refused (illegal transition, foreign writer) and
-    ``wal_rejected_records`` shows the last 20 with the reason. The daemon adds its own keys
-    through ``extra`` (see :meth:`Daemon.status`).
-    """
-    def last(*states):
-        gens = [g.gen for g in state.gens.values() if g.state in states]
-        return max(gens) if gens else None
-
-    committed = [g for g in state.gens.values() if g.state in (COMMITTED, PUSHED)]
-    unpushed = sorted(g.gen for g in committed if not g.fully_pushed(remotes))
-    dropped = state.in_state(DROPPED)[-50:]
-    return {
-        "last_requested": max(state.gens) if state.gens else None,
-        "last_spooled": last(SPOOLED, SERIALIZED, COMMITTED, PUSHED),
-        "last_committed": last(COMMITTED, PUSHED),
-        "last_pushed": {r: max((g.gen for g in committed if r in g.pushed), default=None)
-                        for r in sorted(remotes)},
-        "waiting_to_serialize": sorted(g.gen for g in state.gens.values()
-                                       if g.state in (REQ, SPOOLED, SERIALIZED)),
-        "push_queue_depth": len(unpushed),
-        "push_queue": unpushed[:50],
-        "dropped": [g.gen for g in dropped],
-        "dropped_details": [{"gen": g.gen, "reason": g.fields.get("reason", "unknown"),
-                             "error": g.fields.get("error"), "by": g.fields.get("by"),
-                             "missing": g.fields.get("missing"), "part": g.fields.get("part")}
-                            for g in dropped],
-        "wal_rejected": state.rejected_total,
-        "wal_rejected_records": [
-            {"line": record.line_no, "event": record.event, "gen": record.gen,
-             "writer": record.fields.get("w"), "why": why}
-            for record, why in list(state.rejected)[-20:]],
-        **extra,
-    }

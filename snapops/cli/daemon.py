@@ -41,7 +41,7 @@ DAEMON_KEYS = ("pid", "started", "failures", "push", "retry_at", "retrying", "wa
 def run_status(args) -> int:
     from snapops.daemon.client import WAL_NAME
     from snapops.daemon.ranks import Cluster
-    from snapops.daemon.service import status_from
+    from snapops.daemon.walstatus import status_from
     from snapops.daemon.wal import replay
 
     config = _config(args)

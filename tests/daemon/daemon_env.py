@@ -13,11 +13,11 @@ import numpy as np
 
 from snapops.daemon.client import WAL_NAME, Snapshotter
 from snapops.daemon.lifecycle import DROPPED
-from snapops.daemon.service import status_from
+from snapops.daemon.walstatus import status_from
 from snapops.daemon.wal import replay
 from snapops.formats.keys import generate_keys
 
-from .gitserve import git
+from .gitserve import GitDaemon, git, init_bare
 
 
 class DaemonEnv:
@@ -55,12 +55,14 @@ timeout = 20.0
         self.proc: subprocess.Popen | None = None
         self.spool = root / "spool"
 
-    def start(self) -> subprocess.Popen:
+    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``snapops daemon run``; ``env``: variables added to its environment."""
         assert self.proc is None or self.proc.poll() is not None
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "snapops", "daemon", "run", "--config", str(self.config)],
-                stdout=log, stderr=log, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+                stdout=log, stderr=log,
+                env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})})
         return self.proc
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -161,3 +163,13 @@ def state_for(gen: int, rows: int = 256, cols: int = 64, bias: int = 16
     emb[gen % rows] += gen
     return {"emb.weight": emb, "head.bias": np.full(bias, gen, np.float64),
             "step": np.array(gen, np.int64)}
+
+
+def down_remote(root: Path, name: str = "net") -> tuple[Path, GitDaemon, DaemonEnv]:
+    """A bare remote ``snap.git`` behind a git daemon that is not started yet (the remote is
+    down until ``server.start()``), and a DaemonEnv pushing to it as ``name``."""
+    served = root / "served"
+    served.mkdir()
+    init_bare(served / "snap.git")
+    server = GitDaemon(served)
+    return served, server, DaemonEnv(root, {name: server.url("snap.git")})

@@ -39,7 +39,7 @@ class RankedEnv(DaemonEnv):
         return replay(self.spool / WAL_NAME, **scope)[0]
 
     def status(self) -> dict:
-        from snapops.daemon.service import status_from
+        from snapops.daemon.walstatus import status_from
 
         return status_from(self.state(), set(self.remotes))
 

@@ -20,7 +20,7 @@ from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
 from snapops.formats.ledger import Ledger
 
-from .daemon_env import DaemonEnv, state_for
+from .daemon_env import DaemonEnv, down_remote, state_for
 from .gitserve import GitDaemon, git, init_bare
 
 
@@ -88,11 +88,7 @@ def test_pushes_to_bare_repo_and_git_daemon(tmp_path):
 
 
 def test_remote_down_queue_grows_then_drains_in_order(tmp_path):
-    served = tmp_path / "served"
-    served.mkdir()
-    init_bare(served / "snap.git")
-    server = GitDaemon(served)  # not started: the remote is down
-    env = DaemonEnv(tmp_path, {"net": server.url("snap.git")})
+    served, server, env = down_remote(tmp_path)
     try:
         env.start()
         with env.client(policy="block") as client:

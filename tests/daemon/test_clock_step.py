@@ -1,0 +1,92 @@
+"""The wall clock stepped under a running daemon (an NTP correction at boot, a VM resumed from a
+snapshot, an operator's ``date -s``): a push retry already scheduled still runs after its real
+delay, not after the delay plus the step. The daemon runs under libfaketime (Debian's
+``faketime``), which moves its wall clock, and its git's, while its monotonic clock stays
+real."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from .daemon_env import DaemonEnv, down_remote, state_for
+
+FAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))),
+                Path("/usr/lib/faketime/libfaketimeMT.so.1"))
+RETRY = 3.0                                          # seconds between push attempts
+
+
+def push_status(env: DaemonEnv) -> dict:
+    try:
+        return json.loads((env.root / "state" / "status.json").read_text())["push"]["net"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+@pytest.mark.skipif(not FAKETIME.exists(), reason="needs libfaketime (apt-get install faketime)")
+def test_a_retry_due_before_the_clock_went_back_an_hour_runs_when_it_is_due(tmp_path):
+    _, server, env = down_remote(tmp_path)
+    env.config.write_text(env.config.read_text()
+                          .replace("backoff_initial = 0.2", f"backoff_initial = {RETRY}")
+                          .replace("backoff_max = 1.0", f"backoff_max = {RETRY}"))
+    offset = tmp_path / "faketime.rc"
+    offset.write_text("+0\n")
+    try:
+        env.start({"LD_PRELOAD": str(FAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
+                   "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"})
+        with env.client(policy="block") as client:
+            client.request(state_for(1), 1)
+        env.wait(lambda: push_status(env).get("attempts", 0) >= 1, what="a failed push")
+        offset.write_text("-3600\n")                 # the daemon's wall clock goes back 1 h
+        server.start()
+        stepped = time.monotonic()
+        env.wait(env.all_pushed, timeout=6 * RETRY + 10, what="the retried push")
+        assert time.monotonic() - stepped < 6 * RETRY + 10
+        assert "wall clock stepped by -3600 s" in env.log.read_text()
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+        server.stop()
+
+
+def test_shifted_jobs_of_a_real_scheduler_run_after_their_real_delay():
+    """What the daemon does on a step, on apscheduler itself: a one-off job due in an hour,
+    moved back by the hour less a second, runs a second later; an interval job keeps its
+    period from the moved time."""
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from snapops.daemon.clockwatch import shift_jobs
+
+    ran = threading.Event()
+    scheduler = BackgroundScheduler(timezone=timezone.utc)
+    scheduler.start()
+    try:
+        soon = datetime.now(timezone.utc) + timedelta(hours=1)
+        scheduler.add_job(ran.set, "date", run_date=soon, id="retry")
+        scheduler.add_job(lambda: None, "interval", hours=2, id="cleanup")
+        cleanup_due = scheduler.get_job("cleanup").next_run_time
+        assert shift_jobs(scheduler, -3599.0) == 2
+        assert ran.wait(10.0)
+        assert scheduler.get_job("cleanup").next_run_time == cleanup_due - timedelta(
+            seconds=3599)
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+def test_the_watch_tells_steps_from_drift():
+    from snapops.daemon.clockwatch import TOLERANCE, ClockWatch
+
+    wall, mono = [1000.0], [10.0]
+    watch = ClockWatch(lambda: wall[0], lambda: mono[0])
+    mono[0] += 60.0
+    wall[0] += 60.0 + TOLERANCE / 2            # NTP slewing: a fraction of a second a minute
+    assert watch.step() == 0.0
+    wall[0] -= 3600.0                           # set back an hour
+    assert watch.step() == -3600.0
+    assert watch.step() == 0.0                  # once: the new offset is the reference
