@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation.manifest import (  # one line reader for both formats
-    _FLOAT, _GEN, _N, FILE_ROLES, PATH_RE, FileRecord, Part, ShardRecord, _line_re, _Lines,
-    gen_text, quote_name, unquote_name, valid_run,
+    _FLOAT, _GEN, _N, FILE_ROLES, FileRecord, Part, ShardRecord, _line_re, _Lines,
+    gen_text, quote_name, safe_path, unquote_name, valid_run,
 )
 from snapops.formats.generation.stats import Partial
 from snapops.formats.generation.write import PartWritten, RankPiece, rank_prefix
@@ -304,6 +304,7 @@ def check_part(part: PartFile, path: str) -> None:
 
 
 def _safe(rel: str, path: str) -> None:
-    if not PATH_RE.fullmatch(rel) or any(p in (".", "..") for p in rel.split("/")):
+    if not safe_path(rel):
         raise FormatError("an unsafe path", path=path, check="path",
-                          expected="a relative path of [A-Za-z0-9_.-] components", got=rel[:80])
+                          expected="a relative path of [A-Za-z0-9_.-] components of at most "
+                          "255 characters", got=rel[:80])

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from snapops.formats.errors import FormatError, LimitError
+from snapops.formats.iosafe import NAME_MAX, PATH_MAX
 
 MAGIC = "SNAPOPS-MANIFEST 2"
 MAX_BYTES = 256 << 20          # a MANIFEST larger than this is refused before parsing
@@ -404,10 +405,22 @@ def _int(text: str) -> int | None:
     return None if text == "-" else int(text)
 
 
+def safe_path(text: str) -> bool:
+    """A relative path of ``[A-Za-z0-9_.-]`` components, none ``.`` or ``..``, that every
+    file system holds (components of at most 255 bytes, 4095 in all).
+
+    >>> safe_path("shards/0000.wtxt"), safe_path("a/../b"), safe_path("x" * 256)
+    (True, False, False)
+    """
+    parts = text.split("/")
+    return bool(PATH_RE.fullmatch(text)) and len(text) <= PATH_MAX and all(
+        p not in (".", "..") and len(p) <= NAME_MAX for p in parts)
+
+
 def _path(lines: _Lines, text: str) -> str:
-    if not PATH_RE.fullmatch(text) or any(p in (".", "..") for p in text.split("/")):
-        lines.fail("a relative path of [A-Za-z0-9_.-] components (no '.', '..', or leading /)",
-                   text, line=lines.no)
+    if not safe_path(text):
+        lines.fail("a relative path of [A-Za-z0-9_.-] components (no '.', '..', or leading /; "
+                   "at most 255 characters each, 4095 in all)", text[:80], line=lines.no)
     return text
 
 

@@ -61,6 +61,8 @@ def test_round_trip_is_canonical_and_sealed(tmp_path):
     (b"ranks=2+3", b"ranks=2+7", "below the world size 4"),
     (b"shard path=shards/r0002/", b"shard path=shards/r0001/", "under the folder of one of"),
     (b"shard path=shards/r0002/0000.wtxt", b"shard path=../MANIFEST", "unsafe path"),
+    (b"shard path=shards/r0002/0000.wtxt", b"shard path=shards/r0002/" + b"x" * 256,
+     "at most 255 characters"),                      # the committer could not write it
     (b"box shard=shards/r0002/0000.wtxt", b"box shard=shards/r0003/0000.wtxt",
      "a box in a listed shard of its own rank"),
     (b"piece name=emb.weight rank=2", b"piece name=emb.weight rank=1", "each array once per"),

@@ -62,6 +62,8 @@ def test_names_are_percent_encoded_both_ways():
     (b"path=shards/0001.wtxt format", b"path=../0001.wtxt format", "relative path"),
     (b"path=shards/0001.wtxt format", b"path=/etc/x format", "relative path"),
     (b"path=shards/0001.wtxt format", b"path=shards/./x format", "relative path"),
+    (b"path=shards/0001.wtxt format", b"path=shards/" + b"x" * 256 + b" format",
+     "at most 255 characters each"),                 # no file system holds such a name
     (b"norm=1.5 ", b"norm=1.50 ", "canonical"),
     (b"end\n", b"end \n", "shard, file or array"),
     (b"seal ed25519=- hmac=-", b"seal ed25519=- hmac=-\nextra", "nothing after"),
