@@ -3,8 +3,8 @@ README, never test assertions).
 
 One signed, HMAC'd generation of a model-like state of ``size`` raw bytes (32 MiB shards) is
 committed (zlib level 0, as the daemon configures its repository), tagged and made the
-content of a bare remote (``git clone --bare`` of the work repository: its loose objects).
-Timed, rounds interleaved, MB/s of raw array bytes:
+content of a bare remote (``git clone --bare`` of the work repository: its loose objects). Timed, rounds interleaved, MB/s of
+raw array bytes:
 
 * ``restore``: ``snapops.load_generation(REMOTE, run, gen=1)`` with the trusted key and HMAC
   key required (MANIFEST seal, file set, every shard's SHA-256, ledger; then every array
@@ -16,12 +16,7 @@ Timed, rounds interleaved, MB/s of raw array bytes:
 * references measured in the same run: ``git cat-file`` of every shard blob (what git costs
   to hand the bytes over; a restore copies stored loose objects out of the object store
   itself, :mod:`snapops.formats.looseobject`), one SHA-256 pass and one memcpy over the raw
-  bytes;
-* ``floor``: the raw bytes, in shard-sized pieces, each copied into new memory and hashed
-  with SHA-256, on both cores (:func:`~snapops.bench.machine.fresh_copy_sha256`): the least a
-  verified restore into memory does with every byte, with nothing else in the way (WTXT
-  decodes on top). Each piece's memory is freed before the next is taken, so on a VM whose
-  host backs new pages on first touch this floor is, if anything, too kind.
+  bytes.
 
     snapops bench restore --size 1GiB --format aero
 """
@@ -37,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from ._measure import best, machine, run_rounds
-from .machine import fresh_copy_sha256, pieces
 
 FORMATS = ("wtxt", "aero")
 TARGETS = {"wtxt": ">= 500", "aero": ">= 1500"}
@@ -101,12 +95,9 @@ def bench_format(work: Path, fmt: str, size: int, rounds: int) -> dict:
         for src, dst in zip(flat, copy_to):
             np.copyto(dst, src)
 
-    shard_sized = [piece for a in flat for piece in pieces(a)]
-
     runs = run_rounds({"restore": restore, "restore_to_file": restore_to_file,
                        "cat_file": lambda: _cat_blobs(remote, RUN), "sha256": sha256,
-                       "memcpy": memcpy, "floor": lambda: fresh_copy_sha256(shard_sized)},
-                      rounds, after_round=lambda: out.unlink(missing_ok=True))
+                       "memcpy": memcpy}, rounds, after_round=lambda: out.unlink(missing_ok=True))
     result = {"raw_bytes": raw, "shard_bytes": sum(
         int(line.split()[3]) for line in subprocess.run(
             ["git", "ls-tree", "-r", "-l", "HEAD", f"snapshots/{RUN}/shards/"], cwd=remote,
@@ -118,7 +109,6 @@ def bench_format(work: Path, fmt: str, size: int, rounds: int) -> dict:
         if name.startswith("restore"):
             result[f"{name}_peak_anon_mib"] = round(m.peak_anon_extra / 2**20, 1)
     result["restore_vs_sha256"] = round(result["restore_mb_s"] / result["sha256_mb_s"], 2)
-    result["restore_vs_floor"] = round(result["restore_mb_s"] / result["floor_mb_s"], 2)
     url = run_rounds({"restore_url": lambda: snapops.load_generation(
         f"file://{remote}", RUN, gen=1, **keys)}, 1, warmup=0)["restore_url"][0]
     result["restore_url_s"] = round(url.seconds, 3)
@@ -160,8 +150,5 @@ def render_restore(r: dict) -> str:
             "(restore copies stored loose objects itself)",
             f"  reference: SHA-256 {g['sha256_mb_s']:8.1f} MB/s, memcpy {g['memcpy_mb_s']:8.1f} "
             "MB/s",
-            f"  floor: the raw bytes copied into new memory and hashed (SHA-256), both cores "
-            f"{g['floor_mb_s']:8.1f} MB/s (no verified restore to memory can pass it; the "
-            f"restore is {g['restore_vs_floor']}x of it)",
         ]
     return "\n".join(lines)
