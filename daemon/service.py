@@ -228,15 +228,19 @@ class Daemon:
         return max(0.0, wait)
 
     def _clock_stepped(self, seconds: float) -> None:
-        """Keep every wait at its real length: apscheduler's jobs and this loop's deadlines
-        are wall-clock times (the rank timeouts stay: they count from the clients' stamps)."""
+        """Keep every wait at its real length: apscheduler's jobs and the times this loop
+        compares with clock() are wall-clock times, so all move by the step (the rank
+        timeouts stay: they count from the clients' stamps in the WAL)."""
         moved = shift_jobs(self.scheduler, seconds)
         self.pushq.clock_stepped(seconds)
-        self.retry_at += seconds
-        if self._maintenance_at is not None:
-            self._maintenance_at += seconds
-        if self._abandon_check_at is not None:
-            self._abandon_check_at += seconds
+        self.retry_at += seconds if self.retry_at else 0.0
+        self._stepped_at += seconds
+        self._maintenance_at, self._abandon_check_at = (
+            None if at is None else at + seconds
+            for at in (self._maintenance_at, self._abandon_check_at))
+        self.waiting_since = {key: at + seconds for key, at in self.waiting_since.items()}
+        if self.exchange is not None:
+            self.exchange.next_at += seconds
         log.warning("wall clock stepped by %+.0f s: %d scheduled job(s) and the daemon's own "
                     "retry times moved with it", seconds, moved)
 

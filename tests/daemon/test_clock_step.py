@@ -7,16 +7,26 @@ real."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from .daemon_env import DaemonEnv, down_remote, state_for
+from .gitserve import init_bare
 
 FAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))),
                 Path("/usr/lib/faketime/libfaketimeMT.so.1"))
 RETRY = 3.0                                          # seconds between push attempts
+
+
+def faked_clock(offset: Path) -> dict[str, str]:
+    """The environment that runs a process under libfaketime with its wall clock ``offset``'s
+    content ahead or behind (``+0``, ``-3600``: read again on every call), its monotonic
+    clock real."""
+    return {"LD_PRELOAD": str(FAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
+            "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
 
 
 def push_status(env: DaemonEnv) -> dict:
@@ -35,8 +45,7 @@ def test_a_retry_due_before_the_clock_went_back_an_hour_runs_when_it_is_due(tmp_
     offset = tmp_path / "faketime.rc"
     offset.write_text("+0\n")
     try:
-        env.start({"LD_PRELOAD": str(FAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
-                   "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"})
+        env.start(faked_clock(offset))
         with env.client(policy="block") as client:
             client.request(state_for(1), 1)
         env.wait(lambda: push_status(env).get("attempts", 0) >= 1, what="a failed push")
@@ -50,6 +59,36 @@ def test_a_retry_due_before_the_clock_went_back_an_hour_runs_when_it_is_due(tmp_
     finally:
         env.kill()
         server.stop()
+
+
+@pytest.mark.skipif(not FAKETIME.exists(), reason="needs libfaketime (apt-get install faketime)")
+def test_the_daemons_own_retry_of_a_failed_commit_survives_the_clock_going_back(tmp_path):
+    """A generation whose commit failed (the snapshots folder immutable) is retried by the
+    daemon's loop, not by apscheduler: its retry time and the time of its last attempt move
+    with the clock too, or the retry would wait for new work that never comes."""
+    bare = init_bare(tmp_path / "remote.git")
+    env = DaemonEnv(tmp_path, {"origin": str(bare)})
+    env.config.write_text(env.config.read_text().replace(
+        "poll_interval = 0.2", f"poll_interval = 0.2\nretry_initial = {RETRY}\n"
+                               f"retry_max = {RETRY}"))
+    frozen = env.repo / "snapshots"
+    frozen.mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(frozen)], check=True)
+    offset = tmp_path / "faketime.rc"
+    offset.write_text("+0\n")
+    try:
+        env.start(faked_clock(offset))
+        with env.client() as client:
+            client.request(state_for(1), 1)
+        env.wait(lambda: "serialize/commit failed" in env.log.read_text(), what="a failed commit")
+        offset.write_text("-3600\n")
+        subprocess.run(["chattr", "-i", str(frozen)], check=True)
+        env.wait(env.all_pushed, timeout=6 * RETRY + 10, what="the retried commit and push")
+        assert "wall clock stepped by -3600 s" in env.log.read_text()
+        assert env.terminate() == 0
+    finally:
+        subprocess.run(["chattr", "-i", str(frozen)], check=False)
+        env.kill()
 
 
 def test_shifted_jobs_of_a_real_scheduler_run_after_their_real_delay():
