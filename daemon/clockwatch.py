@@ -52,5 +52,7 @@ def shift_jobs(scheduler, seconds: float) -> int:
             job.modify(next_run_time=job.next_run_time + timedelta(seconds=seconds))
         except JobLookupError:        # a one-off job that ran meanwhile
             continue
+        except OverflowError:         # a step beyond the years datetime holds: left as it was
+            continue
         moved += 1
     return moved

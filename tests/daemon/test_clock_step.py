@@ -114,6 +114,9 @@ def test_shifted_jobs_of_a_real_scheduler_run_after_their_real_delay():
         assert ran.wait(10.0)
         assert scheduler.get_job("cleanup").next_run_time == cleanup_due - timedelta(
             seconds=3599)
+        assert shift_jobs(scheduler, -1e12) == 0         # beyond datetime's years: left alone
+        assert scheduler.get_job("cleanup").next_run_time == cleanup_due - timedelta(
+            seconds=3599)
     finally:
         scheduler.shutdown(wait=False)
 
