@@ -109,16 +109,41 @@ def _part_remote(config: Config) -> RemoteConfig:
     return remotes[name]
 
 
-def overdue(state: WalState, cluster: Cluster, now: float) -> dict[int, list[str]]:
+def overdue(state: WalState, cluster: Cluster, now: float,
+            waits: RankWaits | None = None) -> dict[int, list[str]]:
     """{gen: missing ranks} of requested generations whose first part arrived more than
-    ``rank_timeout`` seconds ago (multi-rank runs only)."""
+    ``rank_timeout`` seconds ago (multi-rank runs only; ``waits``: the daemon's record of
+    when each began to wait, else the WAL stamps)."""
     if not cluster.ranked:
         return {}
     late = {}
     for gen in state.in_state(REQ):
-        if gen.problem is None and now - gen_since(gen) > cluster.timeout:
+        since = waits.since(gen, now) if waits is not None else gen_since(gen)
+        if gen.problem is None and now - since > cluster.timeout:
             late[gen.gen] = gen.missing(state.expect)
     return late
+
+
+class RankWaits:
+    """When each generation waiting for ranks began to wait, in the daemon's clock: the WAL
+    stamp of its first part (``t=``, the writer's clock) when first seen, then moved with every
+    step of the wall clock the daemon notices (:meth:`shift`), so a clock stepped forward (NTP
+    soon after boot) does not make every waiting generation late at once."""
+
+    def __init__(self) -> None:
+        self._since: dict[int, float] = {}
+
+    def since(self, gen: Generation, now: float) -> float:
+        if gen.gen not in self._since:
+            self._since[gen.gen] = min(gen_since(gen) or now, now)
+        return self._since[gen.gen]
+
+    def shift(self, seconds: float) -> None:
+        self._since = {gen: at + seconds for gen, at in self._since.items()}
+
+    def keep(self, gens: set[int]) -> None:
+        """Forget the generations no longer waiting."""
+        self._since = {gen: at for gen, at in self._since.items() if gen in gens}
 
 
 def gen_since(gen: Generation) -> float:

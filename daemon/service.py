@@ -45,7 +45,7 @@ from .priority import lower_priority
 from .redact import redact_data, redact_url
 from .nodes import NodeGit, PartExchange, build_part, forget_part, part_ref, publish_part
 from .parts import PartHeader
-from .ranks import Cluster, OpenedParts, gen_since, open_local_parts, overdue
+from .ranks import Cluster, OpenedParts, RankWaits, open_local_parts, overdue
 from .serialize import Sealing, generation_spec, ledger_path, run_dir, serialize_generation
 from .spool import spool_files
 from .wakeup import Waker, watch_file
@@ -97,6 +97,7 @@ class Daemon:
         self._sweep_locks = False   # a serialize/commit step failed: sweep dead git locks first
         self.started = clock()
         self.clock_watch = ClockWatch(clock)
+        self.rank_waits = RankWaits()   # when each generation began to wait for ranks
 
     # --- lifecycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -204,7 +205,9 @@ class Daemon:
         """clock() time a multi-rank generation needs a look without news in the WAL: the next
         poll of other nodes' parts, or the rank timeout of one still waiting for ranks."""
         waiting = [g for g in self.state.in_state(REQ) if g.problem is None]
-        times = [gen_since(g) + self.cluster.timeout for g in waiting] \
+        self.rank_waits.keep({g.gen for g in waiting})
+        now = self.clock()
+        times = [self.rank_waits.since(g, now) + self.cluster.timeout for g in waiting] \
             if self.cluster.ranked else []
         if self.exchange is not None and (waiting or self.exchange.outstanding):
             times.append(self.exchange.next_at)  # parts to take in, or refs left to sweep
@@ -229,8 +232,7 @@ class Daemon:
 
     def _clock_stepped(self, seconds: float) -> None:
         """Keep every wait at its real length: apscheduler's jobs and the times this loop
-        compares with clock() are wall-clock times, so all move by the step (the rank
-        timeouts stay: they count from the clients' stamps in the WAL)."""
+        compares with clock() are wall-clock times, so all move by the step."""
         moved = shift_jobs(self.scheduler, seconds)
         self.pushq.clock_stepped(seconds)
         self.retry_at += seconds if self.retry_at else 0.0
@@ -239,6 +241,7 @@ class Daemon:
             None if at is None else at + seconds
             for at in (self._maintenance_at, self._abandon_check_at))
         self.waiting_since = {key: at + seconds for key, at in self.waiting_since.items()}
+        self.rank_waits.shift(seconds)
         if self.exchange is not None:
             self.exchange.next_at += seconds
         log.warning("wall clock stepped by %+.0f s: %d scheduled job(s) and the daemon's own "
@@ -591,7 +594,8 @@ class Daemon:
         while the parts remote is unreachable: their parts may be waiting there)."""
         if self.exchange is not None and not self.exchange.reachable:
             return
-        for gen, missing in overdue(self.state, self.cluster, self.clock()).items():
+        for gen, missing in overdue(self.state, self.cluster, self.clock(),
+                                    self.rank_waits).items():
             refused = [f"node {node}: {why}" for (g, node), why in
                        (self.exchange.refused.items() if self.exchange else ()) if g == gen]
             why = f"ranks {','.join(missing)} (of world size {self.cluster.world}) did not " \
@@ -654,7 +658,8 @@ class Daemon:
             return []
         now = self.clock()
         return [{"gen": g.gen, "missing": g.missing(self.state.expect),
-                 "waiting_s": round(now - gen_since(g), 1), "timeout_s": self.cluster.timeout}
+                 "waiting_s": round(now - self.rank_waits.since(g, now), 1),
+                 "timeout_s": self.cluster.timeout}
                 for g in self.state.in_state(REQ)[:50]]
 
     def _node_status(self) -> dict:

@@ -91,6 +91,41 @@ def test_the_daemons_own_retry_of_a_failed_commit_survives_the_clock_going_back(
         env.kill()
 
 
+@pytest.mark.skipif(not FAKETIME.exists(), reason="needs libfaketime (apt-get install faketime)")
+def test_a_clock_set_forward_does_not_time_out_the_ranks_of_a_waiting_generation(tmp_path):
+    """A VM's clock stepped forward by NTP soon after boot: rank 0 requested gen 1 at 12:00,
+    the clock now says 13:00 a second later. Rank 1's part is not an hour late, and the
+    generation must wait the rank timeout it has left, not be dropped as missing a rank."""
+    from snapops.daemon.client import Snapshotter
+    from snapops.daemon.lifecycle import DROPPED
+    from snapops.formats.generation.load import rank_shards
+
+    from .ranks_env import RankedEnv
+
+    bare = init_bare(tmp_path / "remote.git")
+    env = RankedEnv(tmp_path, {"origin": str(bare)}, world=2, timeout=20)
+    offset = tmp_path / "faketime.rc"
+    offset.write_text("+0\n")
+    state = state_for(1)
+    try:
+        env.start(faked_clock(offset))
+        env.wait_ready()                             # the step comes while it runs
+        with Snapshotter(env.spool, rank=0, world_size=2) as snap:
+            snap.request(rank_shards(state, 0, 2), 1)
+        env.wait(lambda: 1 in env.state().gens, what="rank 0's request")
+        offset.write_text("+3600\n")
+        env.wait(lambda: "wall clock stepped by +3600 s" in env.log.read_text(),
+                 what="the step noticed")
+        time.sleep(1.0)                              # a pass or five of the daemon's loop
+        assert env.state().gens[1].state != DROPPED, env.state().gens[1].fields
+        with Snapshotter(env.spool, rank=1, world_size=2) as snap:
+            snap.request(rank_shards(state, 1, 2), 1)
+        env.wait(env.all_pushed, what="gen 1 from both ranks")
+        assert env.terminate() == 0
+    finally:
+        env.kill()
+
+
 def test_shifted_jobs_of_a_real_scheduler_run_after_their_real_delay():
     """What the daemon does on a step, on apscheduler itself: a one-off job due in an hour,
     moved back by the hour less a second, runs a second later; an interval job keeps its
