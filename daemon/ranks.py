@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,33 +114,41 @@ def overdue(state: WalState, cluster: Cluster, now: float,
             waits: RankWaits | None = None) -> dict[int, list[str]]:
     """{gen: missing ranks} of requested generations whose first part arrived more than
     ``rank_timeout`` seconds ago (multi-rank runs only; ``waits``: the daemon's record of
-    when each began to wait, else the WAL stamps)."""
+    how long each has waited, else the WAL stamps against ``now``)."""
     if not cluster.ranked:
         return {}
     late = {}
     for gen in state.in_state(REQ):
-        since = waits.since(gen, now) if waits is not None else gen_since(gen)
-        if gen.problem is None and now - since > cluster.timeout:
+        waited = waits.waited(gen, now) if waits is not None else now - gen_since(gen)
+        if gen.problem is None and waited > cluster.timeout:
             late[gen.gen] = gen.missing(state.expect)
     return late
 
 
 class RankWaits:
-    """When each generation waiting for ranks began to wait, in the daemon's clock: the WAL
-    stamp of its first part (``t=``, the writer's clock) when first seen, then moved with every
-    step of the wall clock the daemon notices (:meth:`shift`), so a clock stepped forward (NTP
-    soon after boot) does not make every waiting generation late at once."""
+    """How long each generation waiting for ranks has waited, on the monotonic clock: its
+    first part's WAL stamp (``t=``, the writer's wall clock) is taken over once, when first
+    seen, so a wall clock stepped afterwards (NTP soon after boot) changes nothing. A stamp
+    first seen after a step the daemon noticed may be from before it: its wait then counts
+    at most from the step (a rank may get a little longer, never less)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mono=time.monotonic) -> None:
+        self._mono = mono
         self._since: dict[int, float] = {}
+        self._stepped: float | None = None      # monotonic time of the last step noticed
 
-    def since(self, gen: Generation, now: float) -> float:
+    def stepped(self) -> None:
+        self._stepped = self._mono()
+
+    def waited(self, gen: Generation, now: float) -> float:
+        """Seconds ``gen`` has waited; ``now``: the daemon's wall clock."""
         if gen.gen not in self._since:
-            self._since[gen.gen] = min(gen_since(gen) or now, now)
-        return self._since[gen.gen]
-
-    def shift(self, seconds: float) -> None:
-        self._since = {gen: at + seconds for gen, at in self._since.items()}
+            mono = self._mono()
+            waited = max(0.0, now - (gen_since(gen) or now))
+            if self._stepped is not None:
+                waited = min(waited, mono - self._stepped)
+            self._since[gen.gen] = mono - waited
+        return self._mono() - self._since[gen.gen]
 
     def keep(self, gens: set[int]) -> None:
         """Forget the generations no longer waiting."""

@@ -97,7 +97,7 @@ class Daemon:
         self._sweep_locks = False   # a serialize/commit step failed: sweep dead git locks first
         self.started = clock()
         self.clock_watch = ClockWatch(clock)
-        self.rank_waits = RankWaits()   # when each generation began to wait for ranks
+        self.rank_waits = RankWaits()   # how long each generation has waited for its ranks
 
     # --- lifecycle -------------------------------------------------------------------------
     def run(self) -> int:
@@ -207,7 +207,7 @@ class Daemon:
         waiting = [g for g in self.state.in_state(REQ) if g.problem is None]
         self.rank_waits.keep({g.gen for g in waiting})
         now = self.clock()
-        times = [self.rank_waits.since(g, now) + self.cluster.timeout for g in waiting] \
+        times = [now + self.cluster.timeout - self.rank_waits.waited(g, now) for g in waiting] \
             if self.cluster.ranked else []
         if self.exchange is not None and (waiting or self.exchange.outstanding):
             times.append(self.exchange.next_at)  # parts to take in, or refs left to sweep
@@ -241,7 +241,7 @@ class Daemon:
             None if at is None else at + seconds
             for at in (self._maintenance_at, self._abandon_check_at))
         self.waiting_since = {key: at + seconds for key, at in self.waiting_since.items()}
-        self.rank_waits.shift(seconds)
+        self.rank_waits.stepped()
         if self.exchange is not None:
             self.exchange.next_at += seconds
         log.warning("wall clock stepped by %+.0f s: %d scheduled job(s) and the daemon's own "
@@ -658,7 +658,7 @@ class Daemon:
             return []
         now = self.clock()
         return [{"gen": g.gen, "missing": g.missing(self.state.expect),
-                 "waiting_s": round(now - self.rank_waits.since(g, now), 1),
+                 "waiting_s": round(self.rank_waits.waited(g, now), 1),
                  "timeout_s": self.cluster.timeout}
                 for g in self.state.in_state(REQ)[:50]]
 

@@ -167,3 +167,21 @@ def test_the_watch_tells_steps_from_drift():
     wall[0] -= 3600.0                           # set back an hour
     assert watch.step() == -3600.0
     assert watch.step() == 0.0                  # once: the new offset is the reference
+
+
+def test_rank_waits_count_on_the_monotonic_clock_from_the_first_parts_stamp():
+    from snapops.daemon.lifecycle import Generation
+    from snapops.daemon.ranks import RankWaits
+
+    mono = [100.0]
+    waits = RankWaits(lambda: mono[0])
+    gen = Generation(7, parts={"0": Generation(7, since="1000.0")})
+    assert waits.waited(gen, now=1004.0) == 4.0            # stamped 4 s ago, by the wall clock
+    mono[0] += 1.0
+    assert waits.waited(gen, now=4605.0) == 5.0            # the wall clock set forward: no matter
+    waits.stepped()
+    late = Generation(8, parts={"0": Generation(8, since="1005.0")})
+    mono[0] += 0.5
+    assert waits.waited(late, now=4606.0) == 0.5           # stamped before the step: from the step
+    waits.keep({8})
+    assert waits.waited(gen, now=4606.0) == 0.5            # forgotten, then seen after the step
