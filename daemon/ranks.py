@@ -110,17 +110,15 @@ def _part_remote(config: Config) -> RemoteConfig:
     return remotes[name]
 
 
-def overdue(state: WalState, cluster: Cluster, now: float,
-            waits: RankWaits | None = None) -> dict[int, list[str]]:
-    """{gen: missing ranks} of requested generations whose first part arrived more than
-    ``rank_timeout`` seconds ago (multi-rank runs only; ``waits``: the daemon's record of
-    how long each has waited, else the WAL stamps against ``now``)."""
+def overdue(state: WalState, cluster: Cluster, waits: RankWaits,
+            now: float) -> dict[int, list[str]]:
+    """{gen: missing ranks} of requested generations that have waited (``waits``) more than
+    ``rank_timeout`` seconds for their parts (multi-rank runs only); ``now``: wall clock."""
     if not cluster.ranked:
         return {}
     late = {}
     for gen in state.in_state(REQ):
-        waited = waits.waited(gen, now) if waits is not None else now - gen_since(gen)
-        if gen.problem is None and waited > cluster.timeout:
+        if gen.problem is None and waits.waited(gen, now) > cluster.timeout:
             late[gen.gen] = gen.missing(state.expect)
     return late
 

@@ -594,8 +594,8 @@ class Daemon:
         while the parts remote is unreachable: their parts may be waiting there)."""
         if self.exchange is not None and not self.exchange.reachable:
             return
-        for gen, missing in overdue(self.state, self.cluster, self.clock(),
-                                    self.rank_waits).items():
+        for gen, missing in overdue(self.state, self.cluster, self.rank_waits,
+                                    self.clock()).items():
             refused = [f"node {node}: {why}" for (g, node), why in
                        (self.exchange.refused.items() if self.exchange else ()) if g == gen]
             why = f"ranks {','.join(missing)} (of world size {self.cluster.world}) did not " \
