@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from .contract import SnapshotFormat
@@ -51,7 +52,13 @@ def handler(name: str) -> SnapshotFormat:
 
 
 def all_handlers() -> list[SnapshotFormat]:
-    return [handler(name) for name in HANDLER_MODULES]
+    return list(handlers())
+
+
+def handlers() -> Iterator[SnapshotFormat]:
+    """Every format in sniffing order, each module imported only when reached: detecting a
+    WTXT file does not pay for importing the eight other formats (a hook or CLI start)."""
+    return (handler(name) for name in HANDLER_MODULES)
 
 
 def detect(path: str | os.PathLike) -> SnapshotFormat:
@@ -72,7 +79,7 @@ def read_head(path: str | os.PathLike) -> bytes:
 
 def detect_head(head: bytes, name: str) -> SnapshotFormat:
     """The format of a file whose first bytes are ``head`` and whose name is ``name``."""
-    for h in all_handlers():
+    for h in handlers():
         if h.sniff(head):
             return h
     return handler_for_suffix(name)
@@ -81,7 +88,7 @@ def detect_head(head: bytes, name: str) -> SnapshotFormat:
 def handler_for_suffix(path: str | os.PathLike) -> SnapshotFormat:
     path = user_path(path)
     name = Path(path).name.lower()
-    for h in all_handlers():
+    for h in handlers():
         if any(name.endswith(s) for s in h.suffixes):
             return h
     known = sorted({s for h in all_handlers() for s in h.suffixes})
