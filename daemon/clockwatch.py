@@ -37,9 +37,15 @@ class ClockWatch:
 
     def step(self) -> float:
         """Seconds the wall clock jumped since the last look (negative: set back), or 0.0."""
-        offset = self._wall() - self._mono()
+        return self.look()[1]
+
+    def look(self) -> tuple[float, float]:
+        """The wall clock now and ``step()`` from that same reading: a time compared with a
+        WAL stamp is never read across a step not yet seen."""
+        wall = self._wall()
+        offset = wall - self._mono()
         moved, self._offset = offset - self._offset, offset
-        return moved if abs(moved) >= TOLERANCE else 0.0
+        return wall, moved if abs(moved) >= TOLERANCE else 0.0
 
 
 def shift_jobs(scheduler, seconds: float) -> int:

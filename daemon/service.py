@@ -176,8 +176,7 @@ class Daemon:
     def _serve(self) -> None:
         """Work only when something can be new; otherwise sleep (see the module docstring)."""
         while not self.stopping():
-            if (step := self.clock_watch.step()) != 0.0:
-                self._clock_stepped(step)
+            self._now()
             if self._has_news():
                 self.step()
             if self._maintenance_at is not None and self.clock() >= self._maintenance_at:
@@ -206,7 +205,7 @@ class Daemon:
         poll of other nodes' parts, or the rank timeout of one still waiting for ranks."""
         waiting = [g for g in self.state.in_state(REQ) if g.problem is None]
         self.rank_waits.keep({g.gen for g in waiting})
-        now = self.clock()
+        now = self._now()
         times = [now + self.cluster.timeout - self.rank_waits.waited(g, now) for g in waiting] \
             if self.cluster.ranked else []
         if self.exchange is not None and (waiting or self.exchange.outstanding):
@@ -229,6 +228,13 @@ class Daemon:
         if self.pushq.retry_waiting():   # a step of the clock would delay it: look often
             wait = min(wait, CHECK_EVERY)
         return max(0.0, wait)
+
+    def _now(self) -> float:
+        """clock(), a step of it since the last look handled first (see ``_clock_stepped``)."""
+        now, step = self.clock_watch.look()
+        if step != 0.0:
+            self._clock_stepped(step)
+        return now
 
     def _clock_stepped(self, seconds: float) -> None:
         """Keep every wait at its real length: apscheduler's jobs and the times this loop
@@ -595,7 +601,7 @@ class Daemon:
         if self.exchange is not None and not self.exchange.reachable:
             return
         for gen, missing in overdue(self.state, self.cluster, self.rank_waits,
-                                    self.clock()).items():
+                                    self._now()).items():
             refused = [f"node {node}: {why}" for (g, node), why in
                        (self.exchange.refused.items() if self.exchange else ()) if g == gen]
             why = f"ranks {','.join(missing)} (of world size {self.cluster.world}) did not " \

@@ -7,6 +7,7 @@ real."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +30,14 @@ def faked_clock(offset: Path) -> dict[str, str]:
             "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
 
 
+def set_clock(offset: Path, seconds: str) -> None:
+    """Set the faked clock's offset atomically: libfaketime reads the file on every call and
+    must never see it half written."""
+    part = offset.with_suffix(".part")
+    part.write_text(f"{seconds}\n")
+    os.replace(part, offset)
+
+
 def push_status(env: DaemonEnv) -> dict:
     try:
         return json.loads((env.root / "state" / "status.json").read_text())["push"]["net"]
@@ -43,13 +52,13 @@ def test_a_retry_due_before_the_clock_went_back_an_hour_runs_when_it_is_due(tmp_
                           .replace("backoff_initial = 0.2", f"backoff_initial = {RETRY}")
                           .replace("backoff_max = 1.0", f"backoff_max = {RETRY}"))
     offset = tmp_path / "faketime.rc"
-    offset.write_text("+0\n")
+    set_clock(offset, "+0")
     try:
         env.start(faked_clock(offset))
         with env.client(policy="block") as client:
             client.request(state_for(1), 1)
         env.wait(lambda: push_status(env).get("attempts", 0) >= 1, what="a failed push")
-        offset.write_text("-3600\n")                 # the daemon's wall clock goes back 1 h
+        set_clock(offset, "-3600")                   # the daemon's wall clock goes back 1 h
         server.start()
         stepped = time.monotonic()
         env.wait(env.all_pushed, timeout=6 * RETRY + 10, what="the retried push")
@@ -75,13 +84,13 @@ def test_the_daemons_own_retry_of_a_failed_commit_survives_the_clock_going_back(
     frozen.mkdir(parents=True)
     subprocess.run(["chattr", "+i", str(frozen)], check=True)
     offset = tmp_path / "faketime.rc"
-    offset.write_text("+0\n")
+    set_clock(offset, "+0")
     try:
         env.start(faked_clock(offset))
         with env.client() as client:
             client.request(state_for(1), 1)
         env.wait(lambda: "serialize/commit failed" in env.log.read_text(), what="a failed commit")
-        offset.write_text("-3600\n")
+        set_clock(offset, "-3600")
         subprocess.run(["chattr", "-i", str(frozen)], check=True)
         env.wait(env.all_pushed, timeout=6 * RETRY + 10, what="the retried commit and push")
         assert "wall clock stepped by -3600 s" in env.log.read_text()
@@ -105,7 +114,7 @@ def test_a_clock_set_forward_does_not_time_out_the_ranks_of_a_waiting_generation
     bare = init_bare(tmp_path / "remote.git")
     env = RankedEnv(tmp_path, {"origin": str(bare)}, world=2, timeout=20)
     offset = tmp_path / "faketime.rc"
-    offset.write_text("+0\n")
+    set_clock(offset, "+0")
     state = state_for(1)
     try:
         env.start(faked_clock(offset))
@@ -113,7 +122,7 @@ def test_a_clock_set_forward_does_not_time_out_the_ranks_of_a_waiting_generation
         with Snapshotter(env.spool, rank=0, world_size=2) as snap:
             snap.request(rank_shards(state, 0, 2), 1)
         env.wait(lambda: 1 in env.state().gens, what="rank 0's request")
-        offset.write_text("+3600\n")
+        set_clock(offset, "+3600")
         env.wait(lambda: "wall clock stepped by +3600 s" in env.log.read_text(),
                  what="the step noticed")
         time.sleep(1.0)                              # a pass or five of the daemon's loop
