@@ -45,7 +45,9 @@ import time
 from dataclasses import dataclass
 from typing import IO, BinaryIO, Callable, Iterator, Mapping, NamedTuple, Sequence
 
+from . import procgroup
 from .errors import GitError, LimitError
+from .procgroup import end_group, group_members, signal_group
 
 __all__ = ["GIT_ENV", "LOCATING", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children",
            "forget_hook_environment", "git_environment", "invocations", "open_git", "run_as_hook",
@@ -68,9 +70,6 @@ STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
 DISK_POLL = 0.5                 # seconds between looks at the free space of a keep_free disk
 FETCH_KEEPS_FREE = 1 << 30      # bytes a fetch leaves free on its disk (fetch_floor)
-GRACE = 3.0                     # seconds git gets after SIGTERM to remove its temporary files
-ROUND = 0.5                     # seconds the processes signalled in one round get to end
-SETTLE = 0.1                    # seconds their parents get to react before the next round
 _READ = 1 << 16
 # Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
 # so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
@@ -149,13 +148,14 @@ class GitExit(Exception):
 class ChildGuard:
     """Ends every live git process group when its owner dies (see the module docstring).
 
-    ``start()`` spawns the guard (``python -m snapops.formats.gitcmd guard``, idempotent);
+    ``start()`` spawns the guard (``formats/procgroup.py`` run as a script, idempotent);
     ``stop()`` closes the channel and waits for it. Each git call registers its group with a
     message ``+PGID`` carrying the read ends of git's output pipes, and unregisters with
     ``-PGID``. When the owner dies, the channel ends and the guard ends what is still
-    registered as a timeout would (:func:`_end_group`). Holding the pipes keeps them open
-    meanwhile: git's last words go into a pipe with a reader instead of killing it with
-    SIGPIPE before it cleans up (a local ``receive-pack`` leaves its quarantine behind then).
+    registered as a timeout would (:func:`~snapops.formats.procgroup.end_group`). Holding the
+    pipes keeps them open meanwhile: git's last words go into a pipe with a reader instead of
+    killing it with SIGPIPE before it cleans up (a local ``receive-pack`` leaves its
+    quarantine behind then).
 
     Example::
 
@@ -181,7 +181,7 @@ class ChildGuard:
             with theirs:
                 # Its own process group: a signal to the owner's group does not reach it.
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", __name__, "guard"], stdin=theirs.fileno(),
+                    [sys.executable, "-I", "-S", procgroup.__file__], stdin=theirs.fileno(),
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
             self._channel = ours
 
@@ -271,36 +271,6 @@ def _spawn(args: Sequence[str], cwd, env: Mapping[str, str] | None, stdin, stdou
     return proc
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _end_group(pgid: int) -> None:
-    """SIGTERM to the group's leaves (processes with no child in it), round after round,
-    each parent getting time to see its child fail; SIGKILL for what is left after GRACE
-    seconds. So every parent cleans up as on any error: a local ``receive-pack`` (a member of
-    the group) removes its quarantine ``objects/tmp_objdir-incoming-*``, which it leaves in
-    the remote when it is itself killed while a hook or index-pack runs."""
-    deadline = time.monotonic() + GRACE
-    signalled: set[int] = set()
-    while time.monotonic() < deadline:
-        members = _group_members(pgid)
-        if not members:
-            return
-        parents = set(members.values())
-        leaves = {pid for pid in members if pid not in parents}
-        for pid in leaves - signalled:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        signalled |= leaves
-        round_end = min(deadline, time.monotonic() + ROUND)
-        while time.monotonic() < round_end and leaves & set(_group_members(pgid)):
-            time.sleep(0.02)
-        time.sleep(SETTLE)  # the parents react to their children's end
-    _signal_group(pgid, signal.SIGKILL)
-
-
 def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
     """Wait for git and end whatever it left in its group; return its exit status.
 
@@ -308,34 +278,16 @@ def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
     which is the group id, cannot be reused by another process until then.
     """
     if kill:
-        _end_group(proc.pid)
+        end_group(proc.pid)
     with contextlib.suppress(ChildProcessError):
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-    _signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     children.unregister(proc.pid)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
     return proc.wait()
-
-
-def _group_members(pgid: int, *, live: bool = True) -> dict[int, int]:
-    """pid -> parent pid of the processes in group ``pgid`` (``live``: zombies left out)."""
-    members = {}
-    with os.scandir("/proc") as entries:
-        pids = [entry.name for entry in entries if entry.name.isdigit()]
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm)": state ppid pgrp
-        if len(fields) > 2 and fields[2] == str(pgid).encode() \
-                and not (live and fields[0] == b"Z"):
-            members[int(pid)] = int(fields[1])
-    return members
 
 
 def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
@@ -377,7 +329,7 @@ def group_activity(pgid: int) -> tuple[int, int]:
     still queued in their TCP sockets. Any change means the work goes on, printed or not
     (a kernel draining a send buffer to a slow link, a remote hook writing objects)."""
     moved, inodes = 0, set()
-    for pid in _group_members(pgid, live=False):
+    for pid in group_members(pgid, live=False):
         done, found = _io_and_sockets(pid)
         moved, inodes = moved + done, inodes | found
     return moved, _queued(inodes) if inodes else 0
@@ -665,28 +617,3 @@ def tree_records(listed: bytes) -> Iterator[TreeRecord]:
         size = fields[3] if len(fields) == 4 else ""
         yield TreeRecord(fields[0], fields[1], fields[2], int(size) if size.isdigit() else None,
                          name.decode("utf-8", "surrogateescape"))
-
-
-def _guard_main() -> None:
-    """The guard process: hold each registered group's pipes until the owner is gone, then
-    end the groups still registered."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    channel = socket.socket(fileno=0)
-    held: dict[int, list[int]] = {}
-    while True:
-        message, fds, _, _ = socket.recv_fds(channel, 64, 4)
-        if not message:
-            break
-        text = message.decode("ascii", "replace")
-        if text[:1] == "+" and text[1:].isdigit():
-            held[int(text[1:])] = fds
-            continue
-        for fd in held.pop(int(text[1:]) if text[1:].isdigit() else -1, []) + fds:
-            os.close(fd)
-    for pgid in held:
-        _end_group(pgid)
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["guard"]:
-    _guard_main()
