@@ -49,3 +49,42 @@ def test_version_loads_no_command():
                          check=True, timeout=60)
     assert out.stdout.startswith("snapops ")
     assert out.stdout.splitlines()[-1] == "0 ['snapops.cli._common']"
+
+
+def test_detecting_a_format_imports_only_the_formats_sniffed_before_it(tmp_path):
+    """Hooks and CLI calls detect every file's format: a WTXT file must not pay for importing
+    the other formats' modules (0.3 s of every ``snapops verify`` before)."""
+    import numpy as np
+
+    import snapops
+
+    snapops.save({"a": np.arange(4, dtype=np.float32)}, tmp_path / "x.wtxt")
+    code = ("import sys\nfrom snapops.formats.registry import HANDLER_MODULES, detect\n"
+            f"print(detect({str(tmp_path / 'x.wtxt')!r}).name, sorted(set(HANDLER_MODULES.values())"
+            " & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["wtxt", "['snapops.formats.wtxt']"]
+
+
+def test_the_git_child_guard_runs_on_the_standard_library_alone(tmp_path):
+    """The guard is started as ``python -I -S procgroup.py`` (no site-packages, no snapops):
+    it ends when its channel closes, and ends a registered group with it."""
+    import socket
+
+    from snapops.formats import procgroup
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with theirs:
+        guard = subprocess.Popen([sys.executable, "-I", "-S", procgroup.__file__],
+                                 stdin=theirs.fileno(), stderr=subprocess.PIPE)
+    sleeper = subprocess.Popen(["sleep", "60"], process_group=0)
+    try:
+        socket.send_fds(ours, [f"+{sleeper.pid}".encode()], [])
+        ours.close()                                   # the owner is gone
+        assert guard.wait(timeout=30) == 0, guard.stderr.read()
+        assert sleeper.wait(timeout=10) == -15         # ended by SIGTERM, a leaf first
+    finally:
+        sleeper.kill()
+        guard.kill()
+        guard.stderr.close()
