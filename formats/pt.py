@@ -163,9 +163,11 @@ def _record_starts(path: str) -> dict[int, zipfile.ZipInfo]:
 
 def check_pickles(path: str, zipped: bool) -> None:
     """Walk the pickle opcodes before torch does (``pickletools``, which only reads them):
-    FormatError for any text argument longer than ``MAX_PICKLE_TEXT``. torch's weights_only
-    error for a GLOBAL it refuses quotes the name and then searches the message with
-    backtracking regexes: a 100,000-character name held ``torch.load`` for minutes."""
+    FormatError for any text argument longer than ``MAX_PICKLE_TEXT``, and for a pickle
+    pickletools cannot read. torch's weights_only error for a GLOBAL it refuses quotes the
+    name and then searches the message with backtracking regexes: a 100,000-character name
+    held ``torch.load`` for minutes (also one whose line had no newline, which torch reads to
+    the end of the record and pickletools refuses)."""
     try:
         if zipped:
             with open_zip(path) as archive:
@@ -216,8 +218,12 @@ def _scan_pickle(stream, count: int, path: str, where: str) -> None:
                     break
             else:
                 continue
-        except (ValueError, EOFError, struct.error, UnicodeDecodeError):
-            return    # not a pickle pickletools reads: torch.load says what is wrong
+        except (ValueError, EOFError, struct.error, UnicodeDecodeError) as exc:
+            # fail closed: torch's own reader is laxer (a GLOBAL line without its newline
+            # runs to the end of the record) and would quote what it read in its error
+            raise FormatError("not a pickle a state_dict is written as", path=path,
+                              got=f"{where}: {str(exc)[:120]}",
+                              expected="pickle opcodes Python's pickletools reads") from exc
         raise FormatError(f"a pickle {op.name} argument of {len(arg)} characters (no "
                           "state_dict name is that long)", path=path,
                           got=f"{where} at byte {pos}",

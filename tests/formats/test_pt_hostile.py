@@ -57,6 +57,33 @@ def test_a_huge_global_name_is_refused_before_torch_quotes_it(tmp_path):
     assert not report.ok and "GLOBAL argument" in str(report.failure)
 
 
+def unterminated_global(body: bytes) -> bytes:
+    """The GLOBAL's line never ends: torch reads it to the end of the record as the name."""
+    start = body.index(b"ctorch._utils\n")
+    return body[:start] + b"ctorch._" + b"[" * (len(body) + 80_000)
+
+
+def test_a_global_line_without_its_newline_is_refused_before_torch_reads_it(tmp_path):
+    """pickletools refuses a GLOBAL line with no newline; torch reads the rest of the record
+    as the name and quoted 80,000 characters into its backtracking regexes (fuzzer,
+    pt-members target, --seed 2703 case 610): the load must not wait for torch to agree."""
+    path = with_pickle(tmp_path, unterminated_global)
+    code = ("import snapops, sys\n"
+            "try:\n    snapops.load(sys.argv[1])\n"
+            "except snapops.FormatError as exc:\n    print(exc)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, path], capture_output=True,
+                              text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"snapops.load of a hostile .pt ran past {TIMEOUT} s")
+    assert done.stdout.strip().endswith(
+        "not a pickle a state_dict is written as; expected pickle opcodes Python's pickletools "
+        "reads, got good/data.pkl: no newline found when trying to read stringnl"), \
+        (done.stdout, done.stderr[-2000:])
+    report = snapops.verify(path)
+    assert not report.ok and "pickletools" in str(report.failure)
+
+
 def test_names_up_to_the_limit_still_load(tmp_path):
     import torch
 
