@@ -33,6 +33,19 @@ def with_pickle(tmp_path, edit) -> str:
     return str(path)
 
 
+def load_in_a_child(path: str) -> subprocess.CompletedProcess:
+    """``snapops.load(path)`` in a child that prints the FormatError; a test failure when it
+    runs past TIMEOUT (a hang in torch cannot be interrupted in this process)."""
+    code = ("import snapops, sys\n"
+            "try:\n    snapops.load(sys.argv[1])\n"
+            "except snapops.FormatError as exc:\n    print(exc)\n")
+    try:
+        return subprocess.run([sys.executable, "-c", code, path], capture_output=True,
+                              text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"snapops.load of a hostile .pt ran past {TIMEOUT} s")
+
+
 def long_global(body: bytes) -> bytes:
     assert b"ctorch._utils\n" in body
     return body.replace(b"ctorch._utils\n", b"ctorch" + b"[" * 100_000 + b"\n", 1)
@@ -43,14 +56,7 @@ def test_a_huge_global_name_is_refused_before_torch_quotes_it(tmp_path):
     backtracking regexes: a 100,000-character name held torch.load for minutes (fuzzer,
     pt-members target, --seed 44 case 252)."""
     path = with_pickle(tmp_path, long_global)
-    code = ("import snapops, sys\n"
-            "try:\n    snapops.load(sys.argv[1])\n"
-            "except snapops.FormatError as exc:\n    print(exc)\n")
-    try:
-        done = subprocess.run([sys.executable, "-c", code, path], capture_output=True,
-                              text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"snapops.load of a hostile .pt ran past {TIMEOUT} s")
+    done = load_in_a_child(path)
     assert re.search(r"a pickle GLOBAL argument of 1000\d\d characters .* got good/data\.pkl "
                      r"at byte \d+$", done.stdout.strip()), (done.stdout, done.stderr[-2000:])
     report = snapops.verify(path)
@@ -68,14 +74,7 @@ def test_a_global_line_without_its_newline_is_refused_before_torch_reads_it(tmp_
     as the name and quoted 80,000 characters into its backtracking regexes (fuzzer,
     pt-members target, --seed 2703 case 610): the load must not wait for torch to agree."""
     path = with_pickle(tmp_path, unterminated_global)
-    code = ("import snapops, sys\n"
-            "try:\n    snapops.load(sys.argv[1])\n"
-            "except snapops.FormatError as exc:\n    print(exc)\n")
-    try:
-        done = subprocess.run([sys.executable, "-c", code, path], capture_output=True,
-                              text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"snapops.load of a hostile .pt ran past {TIMEOUT} s")
+    done = load_in_a_child(path)
     assert done.stdout.strip().endswith(
         "not a pickle a state_dict is written as; expected pickle opcodes Python's pickletools "
         "reads, got good/data.pkl: no newline found when trying to read stringnl"), \
