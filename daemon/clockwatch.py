@@ -11,8 +11,8 @@ real delay. NTP's slewing moves the clock by at most half a millisecond a second
 >>> wall = iter([100.0, 101.0, 3702.0]).__next__
 >>> mono = iter([50.0, 51.0, 52.0]).__next__
 >>> watch = ClockWatch(wall, mono)
->>> watch.step(), watch.step()
-(0.0, 3600.0)
+>>> watch.look(), watch.look()
+((101.0, 0.0), (3702.0, 3600.0))
 """
 
 from __future__ import annotations
@@ -35,13 +35,10 @@ class ClockWatch:
         self._wall, self._mono = wall, mono
         self._offset = wall() - mono()
 
-    def step(self) -> float:
-        """Seconds the wall clock jumped since the last look (negative: set back), or 0.0."""
-        return self.look()[1]
-
     def look(self) -> tuple[float, float]:
-        """The wall clock now and ``step()`` from that same reading: a time compared with a
-        WAL stamp is never read across a step not yet seen."""
+        """The wall clock now, and the seconds it jumped since the last look (negative: set
+        back; 0.0 below ``TOLERANCE``), from one reading: a time compared with a WAL stamp
+        is never read across a step not yet seen."""
         wall = self._wall()
         offset = wall - self._mono()
         moved, self._offset = offset - self._offset, offset

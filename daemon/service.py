@@ -176,7 +176,7 @@ class Daemon:
     def _serve(self) -> None:
         """Work only when something can be new; otherwise sleep (see the module docstring)."""
         while not self.stopping():
-            self._now()
+            self._now()                  # a step of the wall clock is handled first
             if self._has_news():
                 self.step()
             if self._maintenance_at is not None and self.clock() >= self._maintenance_at:
@@ -662,7 +662,7 @@ class Daemon:
         """Requested generations of a multi-rank run, the ranks they wait for and for how long."""
         if not self.cluster.ranked:
             return []
-        now = self.clock()
+        now = self._now()    # a first look at a generation fixes its wait: never across a step
         return [{"gen": g.gen, "missing": g.missing(self.state.expect),
                  "waiting_s": round(self.rank_waits.waited(g, now), 1),
                  "timeout_s": self.cluster.timeout}
