@@ -29,6 +29,7 @@ import re
 import shutil
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -114,6 +115,11 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
     if scheme is not None and scheme not in SCHEMES:
         raise ConfigError(f"{redact_url(target)[:200]}: unsupported URL scheme {scheme!r}; "
                           f"expected one of {', '.join(SCHEMES)}")
+    local = local_bare_repository(target) if scheme == "file" else None
+    if local is not None:
+        with _private_folder() as work:
+            yield Repository(local, None, redact_url(target), work, origin=target)
+        return
     if not is_url(target):
         if not os.path.isdir(target):
             raise ConfigError(f"{shown(target)}: not a repository (give a work tree, a bare "
@@ -131,6 +137,28 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
         yield Repository(Git(work / "fetch.git"), target, redact_url(target), work)
 
 
+def local_bare_repository(url: str) -> Git | None:
+    """The bare repository a ``file://`` URL names on this machine (empty host or
+    ``localhost``; the path percent-decoded, as git decodes it), to be read in place like
+    its path instead of fetched through upload-pack (which re-packs every object: 47 MB/s
+    against ~1 GB/s in place for a 1 GiB generation); None for anything else (another host,
+    a work tree, no repository at exactly that path: git's own transport then answers)."""
+    rest = url.split("://", 1)[1]
+    host, slash, path = rest.partition("/")
+    if host.lower() not in ("", "localhost") or not slash:
+        return None
+    path = os.fsdecode(urllib.parse.unquote_to_bytes("/" + path))
+    if "\0" in path or len(path) > PATH_MAX or not os.path.isdir(path):
+        return None
+    git = Git(path)
+    answer = git.text("rev-parse", "--is-bare-repository", "--absolute-git-dir",
+                      check=False).split("\n")
+    if len(answer) != 2 or answer[0] != "true" \
+            or os.path.realpath(answer[1]) != os.path.realpath(path):
+        return None
+    return git
+
+
 @contextlib.contextmanager
 def _private_folder() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="snapops-restore-"))  # mode 0700
@@ -144,16 +172,18 @@ class Repository:
     """Where generations come from: ``git`` reads objects (the repository itself, or the
     private repository that fetches from ``url``)."""
 
-    def __init__(self, git: Git, url: str | None, shown: str, work: Path) -> None:
+    def __init__(self, git: Git, url: str | None, shown: str, work: Path, *,
+                 origin: str | None = None) -> None:
         self.git, self.url, self.shown, self.work = git, url, shown, work
+        self.origin = origin     # a file:// URL read in place: still the remote's URL
         self._redact = {url: shown} if url else {}
         self._records: dict[str, RetentionRecord | None] = {}
         self._lock = threading.Lock()
 
     def remote_url(self) -> str | None:
         """The URL generations come from: the one given, or a local repository's origin."""
-        if self.url is not None:
-            return self.url
+        if self.url is not None or self.origin is not None:
+            return self.url or self.origin
         return self.git.text("config", "--get", "remote.origin.url", check=False) or None
 
     def manifests(self, run: str) -> Callable[[int], bytes | None]:

@@ -3,16 +3,16 @@ README, never test assertions).
 
 One signed, HMAC'd generation of a model-like state of ``size`` raw bytes (32 MiB shards) is
 committed (zlib level 0, as the daemon configures its repository), tagged and made the
-content of a bare remote (``git clone --bare`` of the work repository: its loose objects). Timed, rounds interleaved, MB/s of
-raw array bytes:
+content of a bare remote (``git clone --bare`` of the work repository: its loose objects).
+Timed, rounds interleaved, MB/s of raw array bytes:
 
 * ``restore``: ``snapops.load_generation(REMOTE, run, gen=1)`` with the trusted key and HMAC
   key required (MANIFEST seal, file set, every shard's SHA-256, ledger; then every array
   loaded with its dtype): the arrays in memory;
 * ``restore_to_file``: the same, then written to ``.safetensors`` (what ``snapops restore -o``
   does);
-* ``restore_url``: the same from ``file://REMOTE`` (a shallow fetch into a private repository
-  first; git packs the objects for it), once;
+* ``restore_url``: the same from ``file://REMOTE``, once (a bare repository a ``file://`` URL
+  names on this machine is read in place, as its path is; other URLs are fetched, depth 1);
 * references measured in the same run: ``git cat-file`` of every shard blob (what git costs
   to hand the bytes over; a restore copies stored loose objects out of the object store
   itself, :mod:`snapops.formats.looseobject`), one SHA-256 pass and one memcpy over the raw
@@ -144,7 +144,7 @@ def render_restore(r: dict) -> str:
             f"MB/s  target {TARGETS[fmt]} MB/s  ({g['restore_vs_sha256']}x SHA-256)",
             f"  restore to .safetensors         {g['restore_to_file_s']:6.2f} s "
             f"{g['restore_to_file_mb_s']:8.1f} MB/s",
-            f"  restore from file:// (shallow fetch first) {g['restore_url_s']:6.2f} s "
+            f"  restore from file:// (read in place)  {g['restore_url_s']:6.2f} s "
             f"{g['restore_url_mb_s']:8.1f} MB/s",
             f"  reference: git cat-file of the shards {g['cat_file_mb_s']:8.1f} MB/s "
             "(restore copies stored loose objects itself)",

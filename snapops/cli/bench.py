@@ -126,8 +126,8 @@ SUITES = [
           "One signed, HMAC'd generation of --size raw bytes in a bare remote, restored with "
           "snapops.load_generation (verified: seal, file set, every shard's SHA-256, ledger; "
           "arrays with their dtypes) to memory and to .safetensors, and once from file:// "
-          "(shallow fetch first); next to git cat-file of the shards, one SHA-256 pass and "
-          "one memcpy of the same bytes in the same run.",
+          "(a bare repository on this machine: read in place); next to git cat-file of the "
+          "shards, one SHA-256 pass and one memcpy of the same bytes in the same run.",
           "snapops bench restore --size 1GiB --format aero", "1GiB",
           ((("--format",), {"action": "append", "dest": "names", "choices": ["wtxt", "aero"],
                             "help": "only these formats (repeatable; default both)"}),

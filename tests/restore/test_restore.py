@@ -115,9 +115,9 @@ def test_restore_cli_prints_one_summary_line(remotes, tmp_path, capsys):
 
 def test_a_url_gets_one_shallow_commit_and_nothing_is_left_behind(remotes, tmp_path,
                                                                    monkeypatch):
-    _, base = remotes
+    served, _ = remotes
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with open_repository(f"file://{base}/wtxt.git") as repo:
+    with open_repository(served.url("wtxt.git")) as repo:
         assert repo.generations(RUN) == [2, 1]
         with repo.tree(RUN, gen=1) as (source, where):
             assert "tag t/gen-000001" in where
@@ -128,6 +128,29 @@ def test_a_url_gets_one_shallow_commit_and_nothing_is_left_behind(remotes, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_file_url_of_a_bare_repository_on_this_machine_is_read_in_place(remotes, tmp_path,
+                                                                        monkeypatch):
+    """Spelled as git reads it (percent-encoded, ``localhost``), a ``file://`` URL naming a
+    bare repository is read where it lies, as its path is: nothing is fetched, the restore
+    is the same; the URL is still the remote's (for LFS endpoint discovery). A folder inside
+    that repository is not one: git's transport answers for it, as before."""
+    _, base = remotes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spaced = tmp_path / "a remote"
+    shutil.copytree(base / "aero.git", spaced)
+    for url in (f"file://{spaced}", f"file://localhost{str(spaced).replace(' ', '%20')}/"):
+        with open_repository(url) as repo:
+            assert repo.url is None and Path(repo.git.cwd) == spaced, url
+            assert repo.remote_url() == url and repo.generations(RUN) == [2, 1]
+            private = [p for p in tmp_path.iterdir() if p.name.startswith("snapops-restore-")]
+            assert [list(p.iterdir()) for p in private] == [[]], "no repository to fetch into"
+        assert_same(snapops.torch.load_state_dict(url, RUN, gen=1), torch_state(1))
+    with pytest.raises(ConfigError, match=r"cannot list the tags of run t"):
+        with open_repository(f"file://{spaced}/refs") as repo:
+            repo.generations(RUN)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a remote"]
+
+
 def test_a_restore_whose_fetch_would_run_the_disk_low_fails_in_one_line(remotes, tmp_path,
                                                                        monkeypatch, capsys):
     """The fetch of a generation that would leave less free than the restore allows (set
@@ -135,13 +158,13 @@ def test_a_restore_whose_fetch_would_run_the_disk_low_fails_in_one_line(remotes,
     one line, writes nothing, and leaves no temporary repository."""
     import snapops.remote as remote
 
-    _, base = remotes
+    served, _ = remotes
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(remote, "fetch_floor", lambda folder: (
         str(folder), shutil.disk_usage(folder).free + (1 << 30)))
     (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "gen1.safetensors"
-    assert main(["restore", f"file://{base}/wtxt.git", "--run", RUN, "--gen", "1", "-o",
+    assert main(["restore", served.url("wtxt.git"), "--run", RUN, "--gen", "1", "-o",
                  str(out)]) != 0
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "cannot fetch tag t/gen-000001" in err and \
@@ -194,13 +217,12 @@ def test_latest_verified_skips_a_tampered_newest_generation_and_says_why(remotes
 ])
 def test_hostile_names_fail_with_one_line_and_write_nothing(remotes, tmp_path, args, says,
                                                             capsys):
-    _, base = remotes
+    served, _ = remotes
     out = tmp_path / "x.pt"
-    assert main(["restore", f"file://{base}/wtxt.git", "-o", str(out), *args]) == 2
+    assert main(["restore", served.url("wtxt.git"), "-o", str(out), *args]) == 2
     line, = capsys.readouterr().err.splitlines()
     assert says in line and "Traceback" not in line
     assert not out.exists()
-
 
 
 @pytest.mark.parametrize("flag, value, says", [
