@@ -9,16 +9,18 @@ the weight but never preempts the trainer when the daemon wakes up. The I/O clas
 disk time nobody else wants, which a data loader may never leave).
 
 Called from the main thread before any other thread starts: Linux keeps these per thread and
-every later thread and child inherits them.
+every later thread and child inherits them, and nothing can take them back (so the example is
+not a doctest: it would slow down whatever the test process runs next).
 
->>> lower_priority(nice=10, cpu_policy="batch", io_class="best-effort")
-['nice 10', 'cpu policy batch', 'io class best-effort 7']
+Example::
+
+    lower_priority(nice=10, cpu_policy="batch", io_class="best-effort")
+    # -> ['nice 10', 'cpu policy batch', 'io class best-effort 7']
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import platform
@@ -54,7 +56,8 @@ def _set_io_class(io_class: str) -> str | None:
     if io_class not in _IOPRIO_CLASS or number is None:
         return None
     klass, level = _IOPRIO_CLASS[io_class]
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    # the C library this process already has (ctypes.util.find_library runs ldconfig)
+    libc = ctypes.CDLL(None, use_errno=True)
     value = (klass << _IOPRIO_CLASS_SHIFT) | level
     if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) != 0:
         err = ctypes.get_errno()
