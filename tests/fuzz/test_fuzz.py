@@ -19,6 +19,9 @@ from tests.fuzz.targets import CANARIES, TARGETS
 
 CASES = 8
 SEED = 13
+# All slow: the suite runs slow tests first, and a campaign test left behind would build the
+# module's campaign (10 s) a second time.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +33,6 @@ def campaign(tmp_path_factory):
     return done
 
 
-@pytest.mark.slow
 def test_every_target_only_typed_errors_or_success(campaign):
     real = [f for f in campaign.findings() if f["target"] in TARGETS]
     assert real == [], campaign.summary()
