@@ -1,6 +1,7 @@
 """Find a generation in a repository or at a URL and read it from the commit's tree.
 
-A local repository (work tree or bare) is read in place. From a URL (``file://``, ``git://``,
+A local repository (work tree or bare) is read in place, and so is a bare repository that a
+``file://`` URL names on this machine. From any other URL (``file://``, ``git://``,
 ``http(s)://``, ``ssh://``, ``user@host:path``) only what one generation needs is fetched: a
 shallow fetch (depth 1) of its tag, branch or commit into a private temporary bare repository,
 removed afterwards; never a clone of the history. A run in the LFS store needs two more
@@ -182,8 +183,9 @@ class Repository:
 
     def remote_url(self) -> str | None:
         """The URL generations come from: the one given, or a local repository's origin."""
-        if self.url is not None or self.origin is not None:
-            return self.url or self.origin
+        given = self.url or self.origin
+        if given is not None:
+            return given
         return self.git.text("config", "--get", "remote.origin.url", check=False) or None
 
     def manifests(self, run: str) -> Callable[[int], bytes | None]:
