@@ -1,17 +1,17 @@
 """Find a generation in a repository or at a URL and read it from the commit's tree.
 
-A local repository (work tree or bare) is read in place, and so is a bare repository that a
-``file://`` URL names on this machine. From any other URL (``file://``, ``git://``,
-``http(s)://``, ``ssh://``, ``user@host:path``) only what one generation needs is fetched: a
-shallow fetch (depth 1) of its tag, branch or commit into a private temporary bare repository,
-removed afterwards; never a clone of the history. A run in the LFS store needs two more
-things, each fetched the same way (depth 1, one ref) and only when asked: the MANIFESTs of the
-older generations its residual chains start from (their tags, :meth:`Repository.manifests`) and
-the retention record on the default branch (:meth:`Repository.retention`). Every name is
-untrusted: run names and gens
-are checked before any git call, a revision starting with ``-`` is refused (and git is told
-where options end), a revision fetched from a URL must be a ref name or a full object id, and
-URLs are redacted in every message.
+A local repository (work tree or bare) is read in place, and so is a repository that a
+``file://`` URL names on this machine (bare, or a work tree's top or ``.git`` folder). From any
+other URL (``file://``, ``git://``, ``http(s)://``, ``ssh://``, ``user@host:path``) only what
+one generation needs is fetched: a shallow fetch (depth 1) of its tag, branch or commit into a
+private temporary bare repository, removed afterwards; never a clone of the history. A run in
+the LFS store needs two more things, each fetched the same way (depth 1, one ref) and only when
+asked: the MANIFESTs of the older generations its residual chains start from (their tags,
+:meth:`Repository.manifests`) and the retention record on the default branch
+(:meth:`Repository.retention`). Every name is untrusted: run names and gens are checked before
+any git call, a revision starting with ``-`` is refused (and git is told where options end), a
+revision fetched from a URL must be a ref name or a full object id, and URLs are redacted in
+every message.
 
 Example::
 
@@ -116,7 +116,7 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
     if scheme is not None and scheme not in SCHEMES:
         raise ConfigError(f"{redact_url(target)[:200]}: unsupported URL scheme {scheme!r}; "
                           f"expected one of {', '.join(SCHEMES)}")
-    local = local_bare_repository(target) if scheme == "file" else None
+    local = local_repository(target) if scheme == "file" else None
     if local is not None:
         with _private_folder() as work:
             yield Repository(local, None, redact_url(target), work, origin=target)
@@ -138,12 +138,14 @@ def open_repository(repo_or_url: str | os.PathLike) -> Iterator[Repository]:
         yield Repository(Git(work / "fetch.git"), target, redact_url(target), work)
 
 
-def local_bare_repository(url: str) -> Git | None:
-    """The bare repository a ``file://`` URL names on this machine (empty host or
-    ``localhost``; the path percent-decoded, as git decodes it), to be read in place like
-    its path instead of fetched through upload-pack (which re-packs every object: 47 MB/s
-    against ~1 GB/s in place for a 1 GiB generation); None for anything else (another host,
-    a work tree, no repository at exactly that path: git's own transport then answers)."""
+def local_repository(url: str) -> Git | None:
+    """The repository a ``file://`` URL names on this machine (empty host or ``localhost``;
+    the path percent-decoded, as git decodes it), to be read in place like its path instead of
+    fetched through upload-pack (which re-packs every object: 47 MB/s against ~1 GB/s in place
+    for a 1 GiB generation): a bare repository, a work tree's top folder or its ``.git``
+    folder, exactly the places git's own transport would open there. None for anything else
+    (another host, a folder inside a repository, no repository: git's transport then answers).
+    Only committed objects are read, as a fetch would: never the work tree's files."""
     rest = url.split("://", 1)[1]
     host, slash, path = rest.partition("/")
     if host.lower() not in ("", "localhost") or not slash:
@@ -152,12 +154,16 @@ def local_bare_repository(url: str) -> Git | None:
     if "\0" in path or len(path) > PATH_MAX or not os.path.isdir(path):
         return None
     git = Git(path)
+    # a bare repository or a .git folder answers the first two lines (and refuses the third)
     answer = git.text("rev-parse", "--is-bare-repository", "--absolute-git-dir",
-                      check=False).split("\n")
-    if len(answer) != 2 or answer[0] != "true" \
-            or os.path.realpath(answer[1]) != os.path.realpath(path):
-        return None
-    return git
+                      "--show-toplevel", check=False).split("\n")
+    here = os.path.realpath(path)
+    if len(answer) >= 2 and answer[0] in ("true", "false") and \
+            os.path.realpath(answer[1]) == here:
+        return git
+    if len(answer) == 3 and answer[0] == "false" and os.path.realpath(answer[2]) == here:
+        return git
+    return None
 
 
 @contextlib.contextmanager

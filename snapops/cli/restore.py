@@ -93,19 +93,19 @@ DESCRIPTION = (
     "default branch, or with --latest-verified the newest tag that verifies (each newer one "
     "skipped is named with its reason). REPO_OR_URL is a work tree, a bare repository or a URL "
     "(file://, git://, http(s)://, ssh://): from a URL only that commit is fetched (depth 1) "
-    "into a private temporary repository (a file:// URL naming a bare repository on this "
-    "machine is read in place, like its path). The generation is verified as a whole (seal, file "
-    "set, every shard's SHA-256, ledger; --deep adds each format's own verification) before "
-    "anything is written. OUT's suffix picks the writer (.safetensors, .pt, .npz, .wtxt, .aero, "
-    ".fold, .pycauset, .finf); names and dtypes (bf16, f16...) are the original ones; the file "
-    "is written atomically. A run in the Git LFS store (store=lfs) restores the same way: each "
-    "shard is rebuilt from its keyframe and residual chain, and exactly those LFS objects are "
-    "downloaded from --lfs-url (default: the tree's .lfsconfig, else <remote>[.git]/info/lfs) "
-    "with the token in --lfs-token-file into --lfs-cache; from a URL the tags of the "
-    "generations the chains start from and the default branch (its retention record) are "
-    "fetched too, each at depth 1. A generation pruned by retention is refused with that "
-    "reason (--latest-verified skips it). Exit 1 when the generation does not verify, 2 for "
-    "bad input or an unreachable remote or LFS endpoint.")
+    "into a private temporary repository (a file:// URL naming a repository on this machine, "
+    "bare or a clone's top folder, is read in place, like its path). The generation is verified "
+    "as a whole (seal, file set, every shard's SHA-256, ledger; --deep adds each format's own "
+    "verification) before anything is written. OUT's suffix picks the writer (.safetensors, .pt,"
+    " .npz, .wtxt, .aero, .fold, .pycauset, .finf); names and dtypes (bf16, f16...) are the "
+    "original ones; the file is written atomically. A run in the Git LFS store (store=lfs) "
+    "restores the same way: each shard is rebuilt from its keyframe and residual chain, and "
+    "exactly those LFS objects are downloaded from --lfs-url (default: the tree's .lfsconfig, "
+    "else <remote>[.git]/info/lfs) with the token in --lfs-token-file into --lfs-cache; from a "
+    "URL the tags of the generations the chains start from and the default branch (its retention"
+    " record) are fetched too, each at depth 1. A generation pruned by retention is refused with"
+    " that reason (--latest-verified skips it). Exit 1 when the generation does not verify, 2 "
+    "for bad input or an unreachable remote or LFS endpoint.")
 
 
 def add_arguments(p) -> None:

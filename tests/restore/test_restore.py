@@ -128,27 +128,34 @@ def test_a_url_gets_one_shallow_commit_and_nothing_is_left_behind(remotes, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_file_url_of_a_bare_repository_on_this_machine_is_read_in_place(remotes, tmp_path,
-                                                                        monkeypatch):
+def test_a_file_url_of_a_repository_on_this_machine_is_read_in_place(remotes, tmp_path,
+                                                                    monkeypatch):
     """Spelled as git reads it (percent-encoded, ``localhost``), a ``file://`` URL naming a
-    bare repository is read where it lies, as its path is: nothing is fetched, the restore
-    is the same; the URL is still the remote's (for LFS endpoint discovery). A folder inside
-    that repository is not one: git's transport answers for it, as before."""
+    bare repository, a clone's top folder or its ``.git`` is read where it lies, as its path
+    is: nothing is fetched, the restore is the same (committed objects, never the work
+    tree's files); the URL is still the remote's (for LFS endpoint discovery). A folder
+    inside a repository is not one: git's transport answers for it, as before."""
     _, base = remotes
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     spaced = tmp_path / "a remote"
     shutil.copytree(base / "aero.git", spaced)
-    for url in (f"file://{spaced}", f"file://localhost{str(spaced).replace(' ', '%20')}/"):
+    clone = tmp_path / "a clone"
+    git("clone", "-q", str(spaced), str(clone))
+    for shard in (clone / "snapshots" / RUN / "shards").iterdir():
+        shard.write_bytes(b"edited in the work tree, not committed")
+    for url in (f"file://{spaced}", f"file://localhost{str(spaced).replace(' ', '%20')}/",
+                f"file://{clone}", f"file://{clone}/.git"):
         with open_repository(url) as repo:
-            assert repo.url is None and Path(repo.git.cwd) == spaced, url
+            assert repo.url is None and Path(repo.git.cwd) in (spaced, clone, clone / ".git"), url
             assert repo.remote_url() == url and repo.generations(RUN) == [2, 1]
             private = [p for p in tmp_path.iterdir() if p.name.startswith("snapops-restore-")]
             assert [list(p.iterdir()) for p in private] == [[]], "no repository to fetch into"
         assert_same(snapops.torch.load_state_dict(url, RUN, gen=1), torch_state(1))
-    with pytest.raises(ConfigError, match=r"cannot list the tags of run t"):
-        with open_repository(f"file://{spaced}/refs") as repo:
-            repo.generations(RUN)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a remote"]
+    for inside in (spaced / "refs", clone / "snapshots"):
+        with pytest.raises(ConfigError, match=r"cannot list the tags of run t"):
+            with open_repository(f"file://{inside}") as repo:
+                repo.generations(RUN)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a clone", "a remote"]
 
 
 def test_a_restore_whose_fetch_would_run_the_disk_low_fails_in_one_line(remotes, tmp_path,
