@@ -143,7 +143,7 @@ def local_repository(url: str) -> Git | None:
     the path percent-decoded, as git decodes it), to be read in place like its path instead of
     fetched through upload-pack (which re-packs every object: 47 MB/s against ~1 GB/s in place
     for a 1 GiB generation): a bare repository, a work tree's top folder or its ``.git``
-    folder, exactly the places git's own transport would open there. None for anything else
+    folder (each of which git's own transport opens as that repository). None for anything else
     (another host, a folder inside a repository, no repository: git's transport then answers).
     Only committed objects are read, as a fetch would: never the work tree's files."""
     rest = url.split("://", 1)[1]
