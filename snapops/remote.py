@@ -157,13 +157,10 @@ def local_repository(url: str) -> Git | None:
     # a bare repository or a .git folder answers the first two lines (and refuses the third)
     answer = git.text("rev-parse", "--is-bare-repository", "--absolute-git-dir",
                       "--show-toplevel", check=False).split("\n")
-    here = os.path.realpath(path)
-    if len(answer) >= 2 and answer[0] in ("true", "false") and \
-            os.path.realpath(answer[1]) == here:
-        return git
-    if len(answer) == 3 and answer[0] == "false" and os.path.realpath(answer[2]) == here:
-        return git
-    return None
+    if answer[0] not in ("true", "false"):
+        return None
+    named = {os.path.realpath(p) for p in answer[1:3]}   # the git dir, and a work tree's top
+    return git if os.path.realpath(path) in named else None
 
 
 @contextlib.contextmanager
