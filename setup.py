@@ -1,10 +1,12 @@
 """Package discovery for the top-level layout: formats/ -> snapops.formats, daemon/ ->
 snapops.daemon, hooks/ -> snapops.hooks, config/ -> snapops.config (everything else is in
-pyproject.toml). Discovering subpackages keeps new format packages installable without edits."""
+pyproject.toml). Discovering subpackages keeps new format packages installable without edits.
+One C extension: WTXT's base64 line kernel (formats/wtxt/_linekit.c; needs a C compiler and
+the Python headers at install)."""
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOTS = {"snapops": "snapops", "snapops.formats": "formats", "snapops.daemon": "daemon",
          "snapops.hooks": "hooks", "snapops.config": "config"}
@@ -19,4 +21,7 @@ def discover() -> list[str]:
     return found
 
 
-setup(packages=discover(), package_dir=ROOTS)
+LINEKIT = Extension("snapops.formats.wtxt._linekit", ["formats/wtxt/_linekit.c"],
+                    extra_compile_args=["-O3"])
+
+setup(packages=discover(), package_dir=ROOTS, ext_modules=[LINEKIT])

@@ -3,8 +3,10 @@
 Vectorised over a batch of equal-length chunks, with a fixed number of library calls per
 batch whatever the number of chunks: the full 76-character lines of every chunk (57 raw bytes
 each) are gathered and encoded or decoded with one pybase64 call, each chunk's last line with
-one more, and its final partial quantum (the '=' padding) through a lookup table. numpy and
-pybase64 do the per-byte work and release the GIL, so two threads run on two cores.
+one more, and its final partial quantum (the '=' padding) through a lookup table. Each line's
+characters, space, parity digit and LF are put in place (or checked and taken out) in one pass
+by the C kernel ``_linekit``. It, numpy and pybase64 do the per-byte work and release the GIL,
+so two threads run on two cores.
 
 Decoding comes in two strengths: ``decode_bodies`` returns None whenever the text is not
 exactly canonical (separators, parity, alphabet, padding, padding bits), and the caller then
@@ -18,6 +20,7 @@ import numpy as np
 import pybase64
 
 from ._grammar import RAW_PER_LINE, WIDTH
+from ._linekit import gather_lines, put_lines
 
 LINE = WIDTH + 3  # 76 chars, space, parity digit, LF
 ALPHABET = np.frombuffer(
@@ -40,15 +43,9 @@ def body_len(length: int) -> int:
     return full * LINE + (tail + 3 if tail else 0)
 
 
-def parity(chars: np.ndarray) -> np.ndarray:
-    """XOR of each line's characters masked to 4 bits; ``chars`` is (..., n) with n % 4 == 0."""
-    words = np.bitwise_xor.reduce(chars.view("<u4"), axis=-1)
-    words ^= words >> 16
-    words ^= words >> 8
-    return (words & 0xF).astype(np.uint8)
-
-
 def line_parity(line: bytes) -> int:
+    """The parity nibble of one line's characters: their XOR, low four bits (the definition;
+    ``_linekit`` computes the same for whole batches)."""
     acc = 0
     for c in line:
         acc ^= c
@@ -77,7 +74,7 @@ def encode_bodies(raw, length: int, count: int, out: np.ndarray) -> None:
     data = np.frombuffer(raw, np.uint8, count * length).reshape(count, length)
     if s.full:
         chars = _encode_whole(data[:, :s.full * RAW_PER_LINE]).reshape(count, s.full, WIDTH)
-        _put_lines(out[:, :s.full * LINE].reshape(count, s.full, LINE), chars)
+        put_lines(out[:, :s.full * LINE].reshape(count, s.full, LINE), chars)
     if s.tail_chars:
         tail_data = data[:, s.full * RAW_PER_LINE:]
         chars = np.empty((count, s.tail_chars), np.uint8)
@@ -86,7 +83,7 @@ def encode_bodies(raw, length: int, count: int, out: np.ndarray) -> None:
         if s.rest:
             chars[:, 4 * s.tail_whole:] = _encode_final(tail_data[:, 3 * s.tail_whole:])
         tail = out[:, s.full * LINE:s.full * LINE + s.tail_chars + 3]
-        _put_lines(tail[:, None, :], chars[:, None, :])
+        put_lines(tail[:, None, :], chars[:, None, :])
 
 
 def _encode_whole(data: np.ndarray) -> np.ndarray:
@@ -105,16 +102,6 @@ def _encode_final(data: np.ndarray) -> np.ndarray:
     if data.shape[1] == 2:
         out[:, 2] = ALPHABET[(b1 & 0xF) << 2]
     return out
-
-
-def _put_lines(lines: np.ndarray, chars: np.ndarray) -> None:
-    """Fill (count, n, width + 3) lines from contiguous (count, n, width) characters: the
-    characters, a space, the parity digit and LF."""
-    width = chars.shape[2]
-    lines[:, :, :width] = chars
-    lines[:, :, width] = 0x20
-    lines[:, :, width + 1] = HEX_DIGITS.take(parity(chars))
-    lines[:, :, width + 2] = 0x0A
 
 
 def decode_bodies(text: np.ndarray, length: int, out=None):
@@ -159,23 +146,14 @@ def _decode(text: np.ndarray, length: int, out, check: bool) -> np.ndarray:
 
 
 def _gather(lines: np.ndarray, check: bool) -> np.ndarray:
-    """The characters of (count, n, width + 3) lines as a contiguous (count, n, width) array,
-    copied as fixed-size items (a memcpy each, not a strided byte copy). With ``check``,
-    raise ValueError unless every line ends in a space, its parity digit and LF."""
-    width = lines.shape[2] - 3
-    chars = _items(lines[:, :, :width])
-    if check:
-        ends = _items(lines[:, :, width:])
-        if not ((ends[..., 0] == 0x20).all() and (ends[..., 2] == 0x0A).all()
-                and np.array_equal(ends[..., 1], HEX_DIGITS.take(parity(chars)))):
-            raise ValueError("separators or parity")
+    """The characters of (count, n, width + 3) lines as a contiguous (count, n, width) array.
+    With ``check``, raise ValueError unless every line ends in a space, its parity digit and
+    LF."""
+    count, n, width = lines.shape[0], lines.shape[1], lines.shape[2] - 3
+    chars = np.empty((count, n, width), np.uint8)
+    if not gather_lines(lines, chars, check):
+        raise ValueError("separators or parity")
     return chars
-
-
-def _items(columns: np.ndarray) -> np.ndarray:
-    """A contiguous copy of (count, n, k) byte columns whose last axis is contiguous."""
-    k = columns.shape[2]
-    return np.ascontiguousarray(columns.view(f"S{k}")).view(np.uint8).reshape(columns.shape)
 
 
 def _decode_whole(chars: np.ndarray, dest: np.ndarray) -> None:

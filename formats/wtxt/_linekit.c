@@ -1,0 +1,167 @@
+/* WTXT base64 lines: "<width characters> <parity hex digit>\n", built and taken apart in one
+ * pass per line. numpy needed four passes (copy, XOR reduction, hex lookup, separator
+ * checks); a 256 MiB keyed verify spent a fifth of its CPU there.
+ *
+ * Both functions take uint8 buffers of shape (count, n, k) whose last axis is contiguous and
+ * whose other strides are whatever the exporter (numpy) says: nothing is read or written
+ * outside the shape it exports. The GIL is released while the bytes are worked on, so the
+ * codec's two threads run on two cores.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static const char HEX[16] = "0123456789abcdef";
+
+/* XOR of the line's characters, low four bits (the format's parity nibble). */
+static inline unsigned parity(const unsigned char *p, Py_ssize_t width)
+{
+    uint64_t acc = 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= width; k += 8) {
+        uint64_t word;
+        memcpy(&word, p + k, 8);
+        acc ^= word;
+    }
+    for (; k < width; k++)
+        acc ^= p[k];
+    acc ^= acc >> 32;
+    acc ^= acc >> 16;
+    acc ^= acc >> 8;
+    return (unsigned)(acc & 0xF);
+}
+
+/* The full lines of a chunk are all 76 characters wide: with the width a constant, the
+ * compiler inlines the copy and unrolls the XOR (1.5-1.7x faster than the general loop). */
+#define FULL_WIDTH 76
+
+/* A (count, n, k) uint8 view with a contiguous last axis, or an exception set. */
+static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0)
+        return -1;
+    if (view->ndim != 3 || view->itemsize != 1
+        || (view->format != NULL && strcmp(view->format, "B") != 0)
+        || (view->shape[2] > 1 && view->strides[2] != 1)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected a 3-d uint8 buffer with a contiguous last axis", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Views of lines (count, n, width + 3) and chars (count, n, width), the one to be written
+ * writable; 0, or -1 with an exception set and nothing held. */
+static int open_pair(PyObject *lines_obj, PyObject *chars_obj, int write_lines,
+                     Py_buffer *lines, Py_buffer *chars)
+{
+    if (get_view(lines_obj, lines, write_lines, "lines") < 0)
+        return -1;
+    if (get_view(chars_obj, chars, !write_lines, "chars") < 0) {
+        PyBuffer_Release(lines);
+        return -1;
+    }
+    if (lines->shape[0] != chars->shape[0] || lines->shape[1] != chars->shape[1]
+        || lines->shape[2] != chars->shape[2] + 3) {
+        PyErr_SetString(PyExc_ValueError,
+                        "lines must be (count, n, width + 3) for chars of (count, n, width)");
+        PyBuffer_Release(lines);
+        PyBuffer_Release(chars);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *put_lines(PyObject *self, PyObject *args)
+{
+    PyObject *lines_obj, *chars_obj;
+    Py_buffer lines, chars;
+    if (!PyArg_ParseTuple(args, "OO:put_lines", &lines_obj, &chars_obj)
+        || open_pair(lines_obj, chars_obj, 1, &lines, &chars) < 0)
+        return NULL;
+    Py_ssize_t width = chars.shape[2];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < chars.shape[0]; i++) {
+        for (Py_ssize_t j = 0; j < chars.shape[1]; j++) {
+            const unsigned char *src = (const unsigned char *)chars.buf
+                                       + i * chars.strides[0] + j * chars.strides[1];
+            unsigned char *dst = (unsigned char *)lines.buf
+                                 + i * lines.strides[0] + j * lines.strides[1];
+            unsigned p;
+            if (width == FULL_WIDTH) {
+                memcpy(dst, src, FULL_WIDTH);
+                p = parity(src, FULL_WIDTH);
+            } else {
+                memcpy(dst, src, (size_t)width);
+                p = parity(src, width);
+            }
+            dst[width] = ' ';
+            dst[width + 1] = (unsigned char)HEX[p];
+            dst[width + 2] = '\n';
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&lines);
+    PyBuffer_Release(&chars);
+    Py_RETURN_NONE;
+}
+
+static PyObject *gather_lines(PyObject *self, PyObject *args)
+{
+    PyObject *lines_obj, *chars_obj;
+    int check;
+    Py_buffer lines, chars;
+    if (!PyArg_ParseTuple(args, "OOp:gather_lines", &lines_obj, &chars_obj, &check)
+        || open_pair(lines_obj, chars_obj, 0, &lines, &chars) < 0)
+        return NULL;
+    Py_ssize_t width = chars.shape[2];
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < chars.shape[0]; i++) {
+        for (Py_ssize_t j = 0; j < chars.shape[1]; j++) {
+            const unsigned char *src = (const unsigned char *)lines.buf
+                                       + i * lines.strides[0] + j * lines.strides[1];
+            unsigned char *dst = (unsigned char *)chars.buf
+                                 + i * chars.strides[0] + j * chars.strides[1];
+            if (width == FULL_WIDTH)
+                memcpy(dst, src, FULL_WIDTH);
+            else
+                memcpy(dst, src, (size_t)width);
+            if (check && (src[width] != ' ' || src[width + 2] != '\n'
+                          || src[width + 1] != (unsigned char)HEX[
+                              width == FULL_WIDTH ? parity(src, FULL_WIDTH)
+                                                  : parity(src, width)])) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&lines);
+    PyBuffer_Release(&chars);
+    return PyBool_FromLong(ok);
+}
+
+static PyMethodDef methods[] = {
+    {"put_lines", put_lines, METH_VARARGS,
+     "put_lines(lines, chars): fill (count, n, width + 3) lines from (count, n, width)\n"
+     "characters: the characters, a space, the parity hex digit and LF."},
+    {"gather_lines", gather_lines, METH_VARARGS,
+     "gather_lines(lines, chars, check) -> bool: copy the characters of (count, n, width + 3)\n"
+     "lines into (count, n, width) chars; with check, False as soon as a line does not end in\n"
+     "a space, its parity hex digit and LF."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_linekit",
+    "WTXT base64 lines built and checked in one pass (see _lines.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__linekit(void)
+{
+    return PyModule_Create(&module);
+}
