@@ -1,8 +1,8 @@
 """Package discovery for the top-level layout: formats/ -> snapops.formats, daemon/ ->
 snapops.daemon, hooks/ -> snapops.hooks, config/ -> snapops.config (everything else is in
 pyproject.toml). Discovering subpackages keeps new format packages installable without edits.
-One C extension: WTXT's base64 line kernel (formats/wtxt/_linekit.c; needs a C compiler and
-the Python headers at install)."""
+One C extension: byte kernels for WTXT's base64 lines and the residuals' unshuffling
+(formats/_kernels.c; needs a C compiler and the Python headers at install)."""
 
 from pathlib import Path
 
@@ -21,7 +21,7 @@ def discover() -> list[str]:
     return found
 
 
-LINEKIT = Extension("snapops.formats.wtxt._linekit", ["formats/wtxt/_linekit.c"],
+KERNELS = Extension("snapops.formats._kernels", ["formats/_kernels.c"],
                     extra_compile_args=["-O3"])
 
-setup(packages=discover(), package_dir=ROOTS, ext_modules=[LINEKIT])
+setup(packages=discover(), package_dir=ROOTS, ext_modules=[KERNELS])

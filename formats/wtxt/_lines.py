@@ -5,8 +5,8 @@ batch whatever the number of chunks: the full 76-character lines of every chunk 
 each) are gathered and encoded or decoded with one pybase64 call, each chunk's last line with
 one more, and its final partial quantum (the '=' padding) through a lookup table. Each line's
 characters, space, parity digit and LF are put in place (or checked and taken out) in one pass
-by the C kernel ``_linekit``. It, numpy and pybase64 do the per-byte work and release the GIL,
-so two threads run on two cores.
+by the C kernel (``formats/_kernels.c``). It, numpy and pybase64 do the per-byte work and
+release the GIL, so two threads run on two cores.
 
 Decoding comes in two strengths: ``decode_bodies`` returns None whenever the text is not
 exactly canonical (separators, parity, alphabet, padding, padding bits), and the caller then
@@ -20,7 +20,7 @@ import numpy as np
 import pybase64
 
 from ._grammar import RAW_PER_LINE, WIDTH
-from ._linekit import gather_lines, put_lines
+from .._kernels import gather_lines, put_lines
 
 LINE = WIDTH + 3  # 76 chars, space, parity digit, LF
 ALPHABET = np.frombuffer(
@@ -45,7 +45,7 @@ def body_len(length: int) -> int:
 
 def line_parity(line: bytes) -> int:
     """The parity nibble of one line's characters: their XOR, low four bits (the definition;
-    ``_linekit`` computes the same for whole batches)."""
+    the C kernel computes the same for whole batches)."""
     acc = 0
     for c in line:
         acc ^= c

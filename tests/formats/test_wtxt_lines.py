@@ -1,13 +1,14 @@
-"""The C line kernel of WTXT (``_linekit``) against the per-line definition: each line is its
-characters, a space, the hex digit of their XOR's low four bits, and LF. Checked for every
-line width and count the codec meets, for strided views, and for buffers that do not fit."""
+"""The C line kernel of WTXT (``formats/_kernels.c``) against the per-line definition: each
+line is its characters, a space, the hex digit of their XOR's low four bits, and LF. Checked
+for every line width and count the codec meets, for strided views, and for buffers that do
+not fit."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from snapops.formats.wtxt._linekit import gather_lines, put_lines
+from snapops.formats._kernels import gather_lines, put_lines
 from snapops.formats.wtxt._lines import ALPHABET, line_parity
 
 

@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zstandard as zstd
+from snapops.formats._kernels import unshuffle_xor
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
 from snapops.formats.generation.residual import (
@@ -84,6 +85,31 @@ def test_unshuffle_matches_a_transpose(itemsize, offset):
     expected[whole:] ^= planes[whole:]
     head = ResidualHeader(itemsize, n, n, "", "", 0)
     assert np.array_equal(apply_planes(base, head, planes), expected)
+
+@pytest.mark.parametrize("itemsize", range(1, 9))
+def test_the_unshuffle_kernel_is_a_transpose_for_every_item_size(itemsize):
+    """The C kernel itself, its special cases (2, 4) and its general loop, against numpy."""
+    n = 4099 * itemsize
+    rng = np.random.default_rng(100 + itemsize)
+    items, planes = rng.integers(0, 256, (2, n), dtype=np.uint8)
+    expected = items ^ planes.reshape(itemsize, -1).T.reshape(-1)
+    unshuffle_xor(items, planes, itemsize)
+    assert np.array_equal(items, expected)
+
+
+@pytest.mark.parametrize("items, planes, itemsize, error, message", [
+    (np.zeros(8, np.uint8), np.zeros(12, np.uint8), 4, ValueError, "same whole number"),
+    (np.zeros(10, np.uint8), np.zeros(10, np.uint8), 4, ValueError, "same whole number"),
+    (np.zeros(8, np.uint8), np.zeros(8, np.uint8), 0, ValueError, "itemsize must be 1..8"),
+    (np.zeros(16, np.uint8), np.zeros(16, np.uint8), 16, ValueError, "itemsize must be 1..8"),
+    (np.zeros(16, np.uint8)[::2], np.zeros(8, np.uint8), 4, ValueError, "contiguous"),
+    (b"12345678", np.zeros(8, np.uint8), 4, BufferError, "not writable"),
+])
+def test_the_unshuffle_kernel_refuses_buffers_that_do_not_fit(items, planes, itemsize, error,
+                                                               message):
+    with pytest.raises(error, match=message):
+        unshuffle_xor(items, planes, itemsize)
+
 
 def test_wrong_base_refused():
     base, target = _pair(np.float32, n=1000)

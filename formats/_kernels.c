@@ -1,11 +1,16 @@
-/* WTXT base64 lines: "<width characters> <parity hex digit>\n", built and taken apart in one
- * pass per line. numpy needed four passes (copy, XOR reduction, hex lookup, separator
- * checks); a 256 MiB keyed verify spent a fifth of its CPU there.
+/* The byte kernels numpy needs several passes for, each done in one pass here:
  *
- * Both functions take uint8 buffers of shape (count, n, k) whose last axis is contiguous and
- * whose other strides are whatever the exporter (numpy) says: nothing is read or written
- * outside the shape it exports. The GIL is released while the bytes are worked on, so the
- * codec's two threads run on two cores.
+ * - WTXT base64 lines: "<width characters> <parity hex digit>\n", built (put_lines) and taken
+ *   apart and checked (gather_lines) line by line. numpy needed four passes (copy, XOR
+ *   reduction, hex lookup, separator checks); a 256 MiB keyed verify spent a fifth of its CPU
+ *   there.
+ * - Residuals of the LFS store: byte planes unshuffled and XORed into the items of the base
+ *   (unshuffle_xor) in one sequential pass, where numpy made one strided pass per plane.
+ *
+ * Every function takes buffers through the buffer protocol and checks their shapes against
+ * each other before touching a byte; nothing is read or written outside what the exporter
+ * (numpy) says the buffer holds. The GIL is released while the bytes are worked on, so the
+ * codecs' threads run on both cores.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,6 +149,67 @@ static PyObject *gather_lines(PyObject *self, PyObject *args)
     return PyBool_FromLong(ok);
 }
 
+/* items[i * size + k] ^= planes[k * n + i] for n items of size bytes. */
+static void unshuffle_xor_bytes(unsigned char *items, const unsigned char *planes,
+                                Py_ssize_t n, Py_ssize_t size)
+{
+    if (size == 4) {
+        const unsigned char *p0 = planes, *p1 = planes + n, *p2 = planes + 2 * n,
+                            *p3 = planes + 3 * n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t word = (uint32_t)p0[i] | (uint32_t)p1[i] << 8 | (uint32_t)p2[i] << 16
+                            | (uint32_t)p3[i] << 24, item;
+            memcpy(&item, items + 4 * i, 4);
+            item ^= word;
+            memcpy(items + 4 * i, &item, 4);
+        }
+    } else if (size == 2) {
+        const unsigned char *p0 = planes, *p1 = planes + n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint16_t word = (uint16_t)(p0[i] | p1[i] << 8), item;
+            memcpy(&item, items + 2 * i, 2);
+            item ^= word;
+            memcpy(items + 2 * i, &item, 2);
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            for (Py_ssize_t k = 0; k < size; k++)
+                items[i * size + k] ^= planes[k * n + i];
+    }
+}
+
+static PyObject *unshuffle_xor(PyObject *self, PyObject *args)
+{
+    PyObject *items_obj, *planes_obj;
+    Py_ssize_t size;
+    Py_buffer items, planes;
+    if (!PyArg_ParseTuple(args, "OOn:unshuffle_xor", &items_obj, &planes_obj, &size))
+        return NULL;
+    if (size < 1 || size > 8) {
+        PyErr_Format(PyExc_ValueError, "itemsize must be 1..8, got %zd", size);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(items_obj, &items, PyBUF_CONTIG) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(planes_obj, &planes, PyBUF_CONTIG_RO) < 0) {
+        PyBuffer_Release(&items);
+        return NULL;
+    }
+    if (items.len != planes.len || items.len % size) {
+        PyErr_Format(PyExc_ValueError, "items and planes must be the same whole number of "
+                     "items: %zd and %zd bytes, itemsize %zd", items.len, planes.len, size);
+        PyBuffer_Release(&items);
+        PyBuffer_Release(&planes);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    unshuffle_xor_bytes(items.buf, planes.buf, items.len / size, size);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&items);
+    PyBuffer_Release(&planes);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"put_lines", put_lines, METH_VARARGS,
      "put_lines(lines, chars): fill (count, n, width + 3) lines from (count, n, width)\n"
@@ -152,16 +218,20 @@ static PyMethodDef methods[] = {
      "gather_lines(lines, chars, check) -> bool: copy the characters of (count, n, width + 3)\n"
      "lines into (count, n, width) chars; with check, False as soon as a line does not end in\n"
      "a space, its parity hex digit and LF."},
+    {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
+     "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
+     "for the n items of two contiguous buffers of the same length (a whole number of items)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_linekit",
-    "WTXT base64 lines built and checked in one pass (see _lines.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "Byte kernels: WTXT base64 lines (see wtxt/_lines.py) and residual unshuffling (see\n"
+    "generation/residual.py), each in one pass with the GIL released.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__linekit(void)
+PyMODINIT_FUNC PyInit__kernels(void)
 {
     return PyModule_Create(&module);
 }
