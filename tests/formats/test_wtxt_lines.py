@@ -50,7 +50,7 @@ def test_strided_views_inside_a_larger_text_are_read_and_written_in_place():
     chars = random_chars(5, (4, 6, 76))
     text = np.full((4, 6 * 79 + 11), 0x55, np.uint8)        # chunk rows with a head and a tail
     lines = text[:, 5:5 + 6 * 79].reshape(4, 6, 79)
-    put_lines(lines, chars[:, :, :])
+    put_lines(lines, chars)
     assert np.array_equal(lines, reference_lines(chars))
     assert (text[:, :5] == 0x55).all() and (text[:, 5 + 6 * 79:] == 0x55).all()
     back = np.empty((4, 6, 76), np.uint8)
