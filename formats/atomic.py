@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -243,6 +244,65 @@ class DigestingFile:
         if self._digest is None:
             raise RuntimeError("hexdigest() before the file was finished")
         return self._digest
+
+
+class TrailingDigest:
+    """The SHA-256 of the first ``size`` bytes of a file that positional writers fill out of
+    order, read back from the page cache (a read-only map: no copy) on a helper thread while
+    they work: it starts at :meth:`start` (the writer's word that everything before its
+    frontier is final, e.g. once a header computed last is in place) and follows
+    :meth:`advance` (the end of the finished prefix). The file must already be ``size`` bytes
+    long (allocated up front). ``future`` resolves to the hex digest; the thread keeps its own
+    descriptor, so it may finish during the fsync.
+    """
+
+    STEP = 8 << 20      # bytes hashed per look at the frontier
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = os.dup(fd), size
+        self._cond = threading.Condition()
+        self._frontier, self._started, self._aborted = 0, False, False
+        pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
+        self.future = pool.submit(self._run)
+        pool.shutdown(wait=False)
+
+    def start(self) -> None:
+        with self._cond:
+            self._started = True
+            self._cond.notify()
+
+    def advance(self, end: int) -> None:
+        with self._cond:
+            if end > self._frontier:
+                self._frontier = end
+                self._cond.notify()
+
+    def abort(self) -> None:
+        """The write failed: stop reading (``future`` then raises)."""
+        with self._cond:
+            self._aborted = True
+            self._cond.notify()
+
+    def _run(self) -> str:
+        sha, pos = hashlib.sha256(), 0
+        try:
+            if not self._size:
+                return sha.hexdigest()
+            with mmap.mmap(self._fd, self._size, access=mmap.ACCESS_READ) as whole, \
+                    memoryview(whole) as view:
+                while pos < self._size:
+                    with self._cond:
+                        while not self._aborted and not (self._started
+                                                         and self._frontier > pos):
+                            self._cond.wait()
+                        if self._aborted:
+                            raise RuntimeError("the write was abandoned before its digest")
+                        end = min(self._frontier, self._size, pos + self.STEP)
+                    sha.update(view[pos:end])
+                    pos = end
+            return sha.hexdigest()
+        finally:
+            os.close(self._fd)
 
 
 @contextlib.contextmanager

@@ -3,14 +3,17 @@
 Every line of a WTXT file has a width known before any hash is computed, so ``plan_layout``
 gives the offset of every line and chunk up front (plan, then sink). The work then runs on
 ``threads`` workers (hashlib, pybase64, numpy and pwrite release the GIL, so two workers use
-two cores): first each array's SHA-256 and HMAC as one task each (the HMAC over ``salt||raw``
-is a second SHA-256 pass over the same buffer, run beside the first); then tasks of about
-1 MiB of chunks, each computing its chunk SHA-256 and CRC32C, encoding the bodies and writing
-the text at its offset; and, as soon as the digests are known, one task for the root hash
-(``sha256_all`` over every arr line and array, and ``fastxor``). The arr lines, the root line
-and the sign line are written last. Finished ranges are handed to the kernel's writeback as
-they complete, so the final fsync has little left to wait for. Peak extra memory is a few
-MiB per worker. Outputs that are not regular files get the bytes through a temporary file.
+two cores), submitted in file order: tasks of about 1 MiB of chunks, each computing its chunk
+SHA-256 and CRC32C, encoding the bodies and writing the text at its offset (so the disk has
+text to write from the start), and, ``DIGEST_LEAD`` times further ahead, each array's SHA-256
+and HMAC as one task each (the HMAC over ``salt||raw`` is a second SHA-256 pass over the same
+buffer, run beside the first). The root chain (:mod:`._rootchain`) feeds ``sha256_all`` and
+``fastxor`` array by array as the digests come in, so the root is known before the chunks are
+done: the arr lines, the root line and the sign line are then written, and ``write_file``'s
+read-back of the file's SHA-256 follows the finished text instead of starting at the end.
+Finished ranges are handed to the kernel's writeback as they complete, so the final fsync
+has little left to wait for. Peak extra memory is a few MiB per worker. Outputs that are not
+regular files get the bytes through a temporary file.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import numpy as np
 import pybase64
 
 from .._alloc import tune_allocator
-from ..atomic import writeback_starter
-from ..integrity import FastXor, merkle_link
+from ..atomic import TrailingDigest, writeback_starter
+from ..integrity import merkle_link
 from ..keys import keyid
 from ._grammar import (
     MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
@@ -41,10 +44,12 @@ from ._lines import body_len, encode_bodies
 from .logical import audit_caps
 from ._plan import ENDCH, ch_line_len, chunk_text_len
 from ._prepare import PreparedArray, WriteOptions
+from ._rootchain import RootChain
 
 BATCH_BYTES = 1 << 20        # raw bytes per encode task
 PIECE_BYTES = 57 * 16384     # raw bytes per piece of a chunk larger than BATCH_BYTES
 MAX_IN_FLIGHT = 8            # encode tasks queued or running at once
+DIGEST_LEAD = 2              # raw bytes of digest tasks submitted per byte of chunk tasks
 WRITEBACK_BYTES = 16 << 20   # start writeback of finished text in steps of this size
 ROOT_LINE_LEN = len(Root(ZERO64, ZERO64, ZERO64, ZERO16).line()) + 1
 SIGN_LINE_LEN = len("sign ed25519= keyid=\n") + 88 + 16
@@ -129,20 +134,29 @@ _FALLOCATE = _fallocate_call()
 
 
 class FileSink:
-    """Positional writes into a regular file from any thread (``os.pwrite``), and writeback
-    started for the finished prefix as it grows."""
+    """Positional writes into a regular file from any thread (``os.pwrite``), writeback started
+    for the finished prefix as it grows, and (after :meth:`follow`) the file's SHA-256 read back
+    behind the writers."""
 
     def __init__(self, fd: int, base: int) -> None:
         self.fd, self.base = fd, base
         self._writeback = writeback_starter()
         self._started = 0
+        self.digest: TrailingDigest | None = None
 
     def reserve(self, size: int) -> None:
         """Allocate the file's blocks up front where the file system supports fallocate(2)
-        (less work per write on ext4/xfs); advisory, and never posix_fallocate's emulation,
-        which would write every block twice."""
-        if _FALLOCATE is not None:
-            _FALLOCATE(self.fd, 0, self.base, size)
+        (less work per write on ext4/xfs), and never posix_fallocate's emulation, which would
+        write every block twice; without it the file is only extended."""
+        end = self.base + size
+        if _FALLOCATE is None or _FALLOCATE(self.fd, 0, self.base, size) != 0:
+            if os.fstat(self.fd).st_size < end:
+                os.ftruncate(self.fd, end)
+
+    def follow(self, size: int) -> None:
+        """Digest the file's first ``size`` bytes (``base`` is 0, the file reserved) once
+        :meth:`header_written` is called."""
+        self.digest = TrailingDigest(self.fd, size)
 
     def write_at(self, offset: int, data) -> None:
         view = memoryview(data).cast("B")
@@ -153,10 +167,20 @@ class FileSink:
                 raise OSError(f"short write at offset {pos}")
             view, pos = view[written:], pos + written
 
+    def header_written(self) -> None:
+        if self.digest is not None:
+            self.digest.start()
+
     def finished_up_to(self, end: int) -> None:
+        if self.digest is not None:
+            self.digest.advance(end)
         if self._writeback is not None and end - self._started >= WRITEBACK_BYTES:
             self._writeback(self.fd, self.base + self._started, end - self._started)
             self._started = end
+
+    def abandon(self) -> None:
+        if self.digest is not None:
+            self.digest.abort()
 
 
 def encode_run(sink: FileSink, raw: memoryview, first: int, count: int, length: int,
@@ -225,50 +249,43 @@ def array_digests(pool, array: PreparedArray, key: bytes | None, salt: bytes
     return sha, mac
 
 
-def root_values(arrays: list[PreparedArray], digests, salts) -> tuple[list[str], str, str]:
-    """The arr lines, ``sha256_all`` and ``fastxor`` (once every digest is known)."""
-    lines, total, fx = [], hashlib.sha256(), FastXor()
-    for array, (sha, mac), salt in zip(arrays, digests, salts):
-        line = ArrLine(array.name, array.dtype, array.shape, len(array.raw), sha.result(),
-                       mac.result() if mac else ZERO64, salt.hex()).line()
-        lines.append(line)
-        total.update(line.encode("ascii"))
-        total.update(array.raw)
-        fx.update(array.raw)
-    return lines, total.hexdigest(), fx.hexdigest()
-
-
-class _Digests:
-    """The digest futures in submission order, and whether all of them are done yet."""
-
-    def __init__(self, pairs) -> None:
-        self.pairs = pairs
-        self._flat = [f for pair in pairs for f in pair if f is not None]
-        self._next = 0
-
-    def all_done(self) -> bool:
-        while self._next < len(self._flat) and self._flat[self._next].done():
-            self._next += 1
-        return self._next == len(self._flat)
-
-
-def run_jobs(pool, sink: FileSink, arrays, layout: Layout, digests: _Digests, root_job):
-    """Submit every chunk task in file order (at most MAX_IN_FLIGHT outstanding) and the root
-    task as soon as the digests are in; return the root task's result."""
+def run_jobs(pool, sink: FileSink, arrays: list[PreparedArray], layout: Layout,
+             submit_digests, chain: RootChain, on_root):
+    """Submit every chunk task in file order (at most MAX_IN_FLIGHT outstanding) with the
+    arrays' digest tasks ``DIGEST_LEAD`` raw bytes ahead of them, so the disk gets text from
+    the start while the root chain keeps up; call ``on_root`` once the root is known (it
+    writes the header, so the file's digest can follow the finished text) and return what
+    it returns."""
     window: collections.deque = collections.deque()
+    digested = ahead = chunked = 0
     root = None
+
+    def lead(target: int) -> None:
+        nonlocal digested, ahead
+        while digested < len(arrays) and ahead <= target:
+            submit_digests(digested)
+            ahead += len(arrays[digested].raw)
+            digested += 1
+
+    def settle_oldest() -> None:
+        nonlocal root
+        job, done_to = window.popleft()
+        job.result()
+        if root is None and chain.done.done():
+            root = on_root()
+        sink.finished_up_to(done_to)
+
     for array, place in zip(arrays, layout.places):
+        lead(DIGEST_LEAD * chunked + len(array.raw))
         for function, args, end in chunk_jobs(array, place.body_at):
             window.append((pool.submit(function, sink, *args), end))
-            if root is None and digests.all_done():
-                root = pool.submit(root_job)
             if len(window) >= MAX_IN_FLIGHT:
-                job, done_to = window.popleft()
-                job.result()
-                sink.finished_up_to(done_to)
-    for job, _ in window:
-        job.result()
-    return (root or pool.submit(root_job)).result()
+                settle_oldest()
+        chunked += len(array.raw)
+    lead(1 << 62)
+    while window:
+        settle_oldest()
+    return root if root is not None else on_root()
 
 
 def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, ts: str
@@ -288,8 +305,18 @@ def write_wtxt(out: BinaryIO, arrays: list[PreparedArray], opts: WriteOptions, t
     return result
 
 
-def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions, ts: str
-                ) -> tuple[WriteResult, int]:
+def write_file(fd: int, arrays: list[PreparedArray], opts: WriteOptions, ts: str
+               ) -> tuple[WriteResult, int, Future]:
+    """Write the file into the empty regular file ``fd`` (from offset 0) and read its SHA-256
+    back behind the writers: (result, size, future of the hex digest); the future resolves
+    on a helper thread, possibly during the caller's fsync."""
+    sink = FileSink(fd, 0)
+    result, size = _write_file(sink, arrays, opts, ts, follow=True)
+    return result, size, sink.digest.future
+
+
+def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions, ts: str,
+                follow: bool = False) -> tuple[WriteResult, int]:
     tune_allocator()
     gen, key = format_gen(opts.gen), opts.hmac_key
     meta = Meta(opts.schema, gen, ts, opts.build, opts.host, opts.cuda)
@@ -302,26 +329,40 @@ def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions,
         b"endwtxt\n"
     layout = plan_layout(arrays, len(head) + root_len + sign_len, tail)
     sink.reserve(layout.size)
-    salts = [salt_for(key, gen, a.name) for a in arrays]
-    pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
-    try:
-        digests = _Digests([array_digests(pool, a, key, s) for a, s in zip(arrays, salts)])
-        lines, sha_all, fastxor = run_jobs(pool, sink, arrays, layout, digests,
-                                           lambda: root_values(arrays, digests.pairs, salts))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    for array, line, place in zip(arrays, lines, layout.places):
-        sink.write_at(place.arr_at, (line + "\n" + idx_line(array)).encode("ascii"))
+    for place in layout.places:
         sink.write_at(place.end_at, b"endarr\n")
     sink.write_at(layout.tail_at, tail)
+    salts = [salt_for(key, gen, a.name) for a in arrays]
     merkle_prev = opts.merkle_prev or ZERO64
-    merkle_this = merkle_link(merkle_prev, sha_all, ts, gen, opts.build)
-    root = (ROOT_PENDING.decode() if opts.streaming
-            else Root(sha_all, merkle_prev, merkle_this, fastxor).line())
-    header = (head + root + "\n").encode("ascii")
-    if opts.sign_key is not None:
-        header += _sign_line(opts.sign_key, header)
-    sink.write_at(0, header)
+
+    def on_root() -> tuple[str, str, str]:
+        lines, sha_all, fastxor = chain.done.result()
+        for array, line, place in zip(arrays, lines, layout.places):
+            sink.write_at(place.arr_at, (line + "\n" + idx_line(array)).encode("ascii"))
+        merkle_this = merkle_link(merkle_prev, sha_all, ts, gen, opts.build)
+        root = (ROOT_PENDING.decode() if opts.streaming
+                else Root(sha_all, merkle_prev, merkle_this, fastxor).line())
+        header = (head + root + "\n").encode("ascii")
+        if opts.sign_key is not None:
+            header += _sign_line(opts.sign_key, header)
+        sink.write_at(0, header)
+        sink.header_written()
+        return sha_all, merkle_this, fastxor
+
+    pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
+    try:
+        if follow:
+            sink.follow(layout.size)
+        chain = RootChain(arrays, salts)
+        sha_all, merkle_this, fastxor = run_jobs(
+            pool, sink, arrays, layout,
+            lambda i: chain.add(i, array_digests(pool, arrays[i], key, salts[i])), chain, on_root)
+        sink.finished_up_to(layout.size)
+    except BaseException:
+        sink.abandon()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     wsum = _wsum_line(sha_all, merkle_prev, merkle_this, opts.sign_key) if opts.streaming else None
     result = WriteResult(gen, ts, opts.build, sha_all, merkle_prev, merkle_this, fastxor,
                          keyid(opts.sign_key) if opts.sign_key is not None else None,

@@ -2,9 +2,9 @@
 both fed by the format contract (``snapops.formats.wtxt.save`` / ``write``).
 
 Files are laid out first and filled in place by the writer's workers (see :mod:`._emit`); the
-file's SHA-256 (``WriteResult.sha256``) is then read back from the page cache while the file is
-fsynced (:func:`~snapops.formats.atomic.atomic_write_digest` with ``seekable=True``). Streams
-get the bytes in order through a :class:`~snapops.formats.atomic.DigestingFile`.
+file's SHA-256 (``WriteResult.sha256``) is read back from the page cache behind them and
+finishes during the fsync (:class:`~snapops.formats.atomic.TrailingDigest`). Streams get the
+bytes in order through a :class:`~snapops.formats.atomic.DigestingFile`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..atomic import DigestingFile, atomic_write_bytes, atomic_write_digest
+from ..atomic import DigestingFile, atomic_write, atomic_write_bytes
 from ..contract import (COMMON_META, META_TOKEN, WORKERS, KeyPath, SaveOptions, WriteResult,
                         between)
 from ..dtypes import DTYPE_META_KEY
@@ -79,24 +79,29 @@ def write_stored(snapshot: Snapshot, out: BinaryIO, opts: WtxtOptions) -> WriteR
         digesting.finish()
     finally:
         digesting.close()
-    return result_of(done, getattr(out, "name", "<stream>"), digesting)
+    return result_of(done, getattr(out, "name", "<stream>"), digesting.size,
+                     digesting.hexdigest())
 
 
 def save_stored(snapshot: Snapshot, path: str | os.PathLike, opts: WtxtOptions) -> WriteResult:
     """Write a WTXT file atomically (temp file, fsync, rename); with ``streaming=True`` also
     ``PATH.wsum``."""
     arrays, writer, ts = prepare(snapshot, opts)
-    with atomic_write_digest(path, seekable=True) as digesting:  # chunks are written in place
-        done = _emit.write_wtxt(digesting, arrays, writer, ts)
+    digest = None
+
+    def digested(_tmp) -> None:          # after the fsync, which the read-back overlapped
+        digest.result()
+
+    with atomic_write(path, before_replace=digested) as handle:
+        done, size, digest = _emit.write_file(handle.fileno(), arrays, writer, ts)
     if done.wsum is not None:
         atomic_write_bytes(wsum_path(path), done.wsum)
-    return result_of(done, os.fspath(path), digesting)
+    return result_of(done, os.fspath(path), size, digest.result())
 
 
-def result_of(done: _emit.WriteResult, path: str, digesting: DigestingFile) -> WriteResult:
+def result_of(done: _emit.WriteResult, path: str, size: int, sha256: str) -> WriteResult:
     details = {k: getattr(done, k) for k in ("gen", "ts", "build", "merkle_prev", "fastxor",
                                              "keyid", "wsum")}
-    return WriteResult(path=path, format="wtxt", size=digesting.size,
-                       sha256=digesting.hexdigest(), arrays=done.arrays,
+    return WriteResult(path=path, format="wtxt", size=size, sha256=sha256, arrays=done.arrays,
                        raw_bytes=done.raw_bytes, sha256_all=done.sha256_all,
                        merkle_this=done.merkle_this, details=details)
