@@ -15,13 +15,13 @@ import os
 import uuid as uuidlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Sequence
+from typing import Annotated, Any, Sequence
 
 import msgpack
 import numpy as np
 import zstandard
 
-from ..atomic import atomic_write_digest, writeback_starter
+from ..atomic import atomic_write_digest
 from ..contract import WORKERS, ZSTD_LEVEL, SaveOptions, between
 from ..errors import DataError, LimitError
 from ..model import Snapshot, raw_bytes
@@ -29,9 +29,6 @@ from . import _hash
 from . import _spec as S
 from ._layout import (ChunkSpec, ShardPlan, TensorSlot, ihsh_payload, page_count, pack_control,
                       phsh_length, phsh_payload, plan_file, plan_tensors, zero_toc_hashes)
-
-WRITEBACK_STEP = 64 << 20
-
 
 @dataclass(frozen=True)
 class Options(SaveOptions):
@@ -160,8 +157,7 @@ def _hash_jobs(slots: Sequence[TensorSlot], shards: Sequence[ShardPlan],
 
 def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
                shards: Sequence[ShardPlan], buffers: Sequence[memoryview], meta: dict,
-               options: Options, *, tensor_hashes: Sequence[bytes] | None = None,
-               writeback: Callable | None = None) -> dict:
+               options: Options, *, tensor_hashes: Sequence[bytes] | None = None) -> dict:
     """Stream one AERO file for planned ``slots``/``shards`` (AEROSET parts use this too).
 
     ``tensor_hashes`` (one per slot) lets a file list tensors it does not hold: the AEROSET
@@ -169,7 +165,6 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
     """
     chunks = _chunk_list(shards, options)
     mjsn = _meta_json(meta, options)
-    writeback = writeback_starter() if writeback is None else writeback
     jobs = _hash_jobs(slots, shards, buffers, options)
     workers = _hash.default_workers() if options.workers is None else options.workers
     with _pool(workers) as pool:
@@ -186,7 +181,7 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
         if ihsh is not None:
             _pad_to(f, plan.offsets[0])
             f.write(ihsh)
-        _stream_weights(f, plan, slots, shards, buffers, digests, options, writeback)
+        _stream_weights(f, plan, slots, shards, buffers, digests, options)
         for i in range(len(chunks) - 3, len(chunks)):
             _pad_to(f, plan.offsets[i])
             f.write(manifest_chunks[i - (len(chunks) - 3)])
@@ -196,17 +191,15 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
             "tensor_hashes": [digests[("tensor", i)] for i in range(len(slots))]}
 
 
-def _stream_weights(f, plan, slots, shards, buffers, digests: dict, options: Options,
-                    writeback) -> None:
-    """Each WTSH straight from the arrays' memory, then its PHSH."""
-    synced = 0
+def _stream_weights(f, plan, slots, shards, buffers, digests: dict, options: Options) -> None:
+    """Each WTSH straight from the arrays' memory, then its PHSH (writeback is started as the
+    file grows: ``atomic_write_digest``)."""
     for shard in shards:
         _pad_to(f, plan.offsets[plan.index(S.WTSH, S.shard_name(shard.shard_id))])
         segs = _hash.Segments(tuple((slots[i].data_off, buffers[i]) for i in shard.slots),
                               shard.size)
         for piece in segs.pieces():
             f.write(piece)
-            synced = _maybe_writeback(f, writeback, synced)
         if options.page_hashes:
             _pad_to(f, plan.offsets[plan.index(S.PHSH, S.phsh_name(shard.shard_id))])
             f.write(_phsh_bytes(shard, digests, options))
@@ -236,16 +229,6 @@ def _pad_to(f, offset: int) -> None:
         raise AssertionError(f"layout overrun: at {f.tell()}, next chunk at {offset}")
     if gap:
         f.write(bytes(gap))
-
-
-def _maybe_writeback(f, writeback: Callable | None, synced: int) -> int:
-    """Start the kernel writing what we wrote, so the final fsync has little left to wait for."""
-    pos = f.tell()
-    if writeback is None or pos - synced < WRITEBACK_STEP:
-        return synced
-    f.flush()
-    writeback(f.fileno(), synced, pos - synced)
-    return pos
 
 
 def _meta_json(meta: dict, options: Options) -> bytes:

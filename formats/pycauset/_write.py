@@ -10,9 +10,9 @@ boundary. The file appears under its name only when complete (temp file, fsync, 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
-from ..atomic import atomic_write_digest, writeback_starter
+from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..integrity import crc32c
 from ..model import Snapshot
@@ -22,17 +22,15 @@ from ._codec import encode_metadata
 from ._header import Slot, pack_header
 from ._layout import plan_layout
 
-PIECE = 64 << 20            # bytes per write call (and per writeback hint)
+PIECE = 64 << 20            # bytes per write call
 
 
 def save(snapshot: Snapshot, path: str | os.PathLike, *, layout: str = "auto",
-         payload_uuid: Any = None, checksum: bool = True,
-         writeback: Callable[[int, int, int], None] | None = None) -> dict:
+         payload_uuid: Any = None, checksum: bool = True) -> dict:
     """Write ``snapshot`` as a PyCauset v1 container; returns a short summary with the file's
     SHA-256."""
     plan = plan_layout(snapshot, layout)
     encode_metadata(plan.metadata(None, "0" * 32))     # refuse bad meta before any I/O
-    writeback = writeback if writeback is not None else writeback_starter()
     payload_offset = S.HEADER_BYTES
     crcs = [_crc(buf) for buf in plan.buffers] if checksum else None
     metadata = encode_metadata(plan.metadata(crcs, payload_uuid))
@@ -46,7 +44,7 @@ def save(snapshot: Snapshot, path: str | os.PathLike, *, layout: str = "auto",
         f.write(pack_header(Slot("A", 1, *pointers), Slot("B", 0, *pointers)))
         for entry, buf in zip(plan.entries, plan.buffers):
             _pad_to(f, payload_offset + entry.offset)
-            _write_piecewise(f, buf, writeback)
+            _write_piecewise(f, buf)
         _pad_to(f, metadata_offset)
         f.write(pack_block(metadata))
     return {"layout": plan.kind, "arrays": len(plan.entries), "file_size": f.size,
@@ -61,13 +59,9 @@ def _crc(buf: memoryview) -> int:
     return crc
 
 
-def _write_piecewise(f, buf: memoryview, writeback) -> None:
+def _write_piecewise(f, buf: memoryview) -> None:
     for start in range(0, len(buf), PIECE):
-        piece = buf[start:start + PIECE]
-        f.write(piece)
-        if writeback is not None and len(piece) == PIECE:
-            f.flush()
-            writeback(f.fileno(), f.tell() - PIECE, PIECE)
+        f.write(buf[start:start + PIECE])
 
 
 def _pad_to(f, offset: int) -> None:

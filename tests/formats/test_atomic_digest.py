@@ -90,3 +90,45 @@ def test_file_sha256_refuses_a_fifo(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(FormatError, match="regular file"):
         file_sha256(fifo)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_durable_sequential_writes_start_writeback_in_steps(tmp_path, monkeypatch, stable):
+    from snapops.formats import atomic
+
+    started = []
+    real = atomic.writeback_starter()
+    assert real is not None                  # Linux: sync_file_range exists
+
+    def recording():
+        def start(fd, offset, length):
+            started.append((offset, length))
+            real(fd, offset, length)
+        return start
+
+    monkeypatch.setattr(atomic, "writeback_starter", recording)
+    monkeypatch.setattr(DigestingFile, "WRITEBACK_STEP", 1 << 20)
+    piece = np.random.default_rng(5).integers(0, 256, 300 << 10, np.uint8).tobytes()
+    with atomic_write_digest(tmp_path / "x.bin", stable=stable) as f:
+        for _ in range(12):
+            f.write(piece)
+    data = (tmp_path / "x.bin").read_bytes()
+    assert data == piece * 12 and f.hexdigest() == hashlib.sha256(data).hexdigest()
+    # contiguous ranges from the start, each at least a step, never past what was written
+    assert [o for o, _ in started] == [0] + [o + n for o, n in started[:-1]]
+    assert all(n >= 1 << 20 for _, n in started) and len(started) == 3
+    assert started[-1][0] + started[-1][1] <= len(data)
+
+
+@pytest.mark.parametrize("options", [dict(durable=False), dict(seekable=True)])
+def test_no_writeback_for_throwaway_or_patched_files(tmp_path, monkeypatch, options):
+    from snapops.formats import atomic
+
+    started = []
+    monkeypatch.setattr(atomic, "writeback_starter",
+                        lambda: lambda fd, offset, length: started.append(offset))
+    monkeypatch.setattr(DigestingFile, "WRITEBACK_STEP", 1 << 20)
+    with atomic_write_digest(tmp_path / "x.bin", **options) as f:
+        for _ in range(8):
+            f.write(bytes(512 << 10))
+    assert started == [] and (tmp_path / "x.bin").stat().st_size == 4 << 20
