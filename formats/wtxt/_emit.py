@@ -146,16 +146,15 @@ class FileSink:
 
     def reserve(self, size: int) -> None:
         """Allocate the file's blocks up front where the file system supports fallocate(2)
-        (less work per write on ext4/xfs), and never posix_fallocate's emulation, which would
-        write every block twice; without it the file is only extended."""
-        end = self.base + size
-        if _FALLOCATE is None or _FALLOCATE(self.fd, 0, self.base, size) != 0:
-            if os.fstat(self.fd).st_size < end:
-                os.ftruncate(self.fd, end)
+        (less work per write on ext4/xfs); advisory, and never posix_fallocate's emulation,
+        which would write every block twice."""
+        if _FALLOCATE is not None:
+            _FALLOCATE(self.fd, 0, self.base, size)
 
     def follow(self, size: int) -> None:
-        """Digest the file's first ``size`` bytes (``base`` is 0, the file reserved) once
-        :meth:`header_written` is called."""
+        """Digest the file's first ``size`` bytes (``base`` is 0, and the last line is
+        already written, so the file has its full size) once :meth:`header_written` is
+        called."""
         self.digest = TrailingDigest(self.fd, size)
 
     def write_at(self, offset: int, data) -> None:

@@ -176,3 +176,15 @@ def test_a_failure_midway_leaves_nothing_and_no_thread(tmp_path, monkeypatch):
         wtxt.save(state(12), tmp_path / "x.wtxt", gen=1, ts=TS, row_blocking=True)
     assert list(tmp_path.iterdir()) == []
     threads_end(("digest", "wtxt-write"))
+
+
+def test_without_fallocate_the_file_is_extended_and_still_exact(tmp_path, keydir, monkeypatch):
+    monkeypatch.setattr(_emit, "_FALLOCATE", None)       # a file system without fallocate(2)
+    arrays = state(5)
+    ours = wtxt.save(arrays, tmp_path / "x.wtxt", gen=2, ts=TS,
+                     hmac_key=keydir / "hmac.key", sign_key=keydir / "signing.key")
+    data = (tmp_path / "x.wtxt").read_bytes()
+    assert ours.sha256 == hashlib.sha256(data).hexdigest()
+    assert data == wtxt_ref.write_wtxt(
+        arrays, gen=2, ts=TS, hmac_key=bytes.fromhex((keydir / "hmac.key").read_text().strip()),
+        sign_key_pem=(keydir / "signing.key").read_bytes())
