@@ -130,8 +130,7 @@ class DigestingFile:
     patch what it wrote (a header finished last) asks for ``seekable=True``: nothing is hashed
     on the way and ``finish`` reads the file once, from the page cache. ``seekable=False`` also
     makes writers that can (WTXT) produce their bytes strictly in order. ``writeback=True``
-    (sequential writers of a durable file): every ``WRITEBACK_STEP`` bytes, the kernel is asked
-    to start writing them to disk, so the final fsync has little left to wait for.
+    (sequential writers of a durable file): see :class:`Writeback`.
 
     >>> with atomic_write_digest("x.bin") as f:
     ...     _ = f.write(b"abc")
@@ -141,13 +140,12 @@ class DigestingFile:
 
     PARALLEL_MIN = 256 << 10       # smaller pieces are hashed inline (no handoff)
     BACKLOG = 256 << 20            # stable=True: bytes written but not hashed yet, at most
-    WRITEBACK_STEP = 32 << 20
 
     def __init__(self, raw: BinaryIO, *, seekable: bool = False, stable: bool = False,
                  writeback: bool = False) -> None:
         self._raw = raw
-        self._writeback = writeback_starter() if writeback and not seekable else None
-        self._synced = 0
+        self._writeback = Writeback(raw.fileno(), flush=raw.flush) \
+            if writeback and not seekable else None
         self._sha = hashlib.sha256()
         self._seekable, self._stable = seekable, stable
         self._pos = 0
@@ -168,10 +166,8 @@ class DigestingFile:
             written = self._write_hashing(data)
         self._pos += written
         self.size = max(self.size, self._pos)
-        if self._writeback is not None and self._pos - self._synced >= self.WRITEBACK_STEP:
-            self._raw.flush()
-            self._writeback(self._raw.fileno(), self._synced, self._pos - self._synced)
-            self._synced = self._pos
+        if self._writeback is not None:
+            self._writeback.up_to(self._pos)
         return written
 
     def _write_hashing(self, data) -> int:
@@ -214,34 +210,19 @@ class DigestingFile:
         """Seekable mode, the writer done: hash the file from the page cache on a helper
         thread, so the read overlaps the fsync that follows; ``finish`` waits for it."""
         self._raw.flush()
-        fd = os.dup(self._raw.fileno())
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
-        self._readback = self._pool.submit(self._hash_descriptor, fd)
+        self.size = os.fstat(self._raw.fileno()).st_size
+        self._readback = TrailingDigest(self._raw.fileno(), self.size)
+        self._readback.start()
+        self._readback.advance(self.size)
 
-    def _hash_descriptor(self, fd: int) -> None:
-        try:
-            self.size = os.fstat(fd).st_size
-            if self.size:
-                with mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) as whole, \
-                        memoryview(whole) as view:
-                    self._sha.update(view)
-        finally:
-            os.close(fd)
-
-    def finish(self, written: str | os.PathLike | None = None) -> str:
-        """The digest of the file's bytes, once the writer is done (``written``: the file's
-        path, for ``seekable=True`` when the file object is already closed)."""
+    def finish(self) -> str:
+        """The digest of the file's bytes, once the writer is done."""
         self._catch_up(0)
-        if self._readback is not None:
-            self._readback.result()
-        elif self._seekable:
-            with open(written, "rb") if written is not None else contextlib.nullcontext(
-                    self._raw) as f:
-                self._hash_descriptor(os.dup(f.fileno()))
+        digest = self._readback.future.result() if self._readback is not None \
+            else self._sha.hexdigest()
         self.close()
-        self._digest = self._sha.hexdigest()
-        return self._digest
+        self._digest = digest
+        return digest
 
     def close(self) -> None:
         """Stop the helper thread (also on errors: the file is being abandoned)."""
@@ -324,8 +305,8 @@ def atomic_write_digest(path: str | os.PathLike, *, seekable: bool = False,
     ``durable=False``: no fsyncs, as for :func:`atomic_write`."""
     digesting = None
 
-    def finish(tmp: Path) -> None:
-        digesting.finish(tmp)
+    def finish(_tmp: Path) -> None:
+        digesting.finish()
 
     try:
         with atomic_write(path, mode=mode, before_replace=finish, durable=durable) as handle:
@@ -429,3 +410,25 @@ def writeback_starter() -> Callable[[int, int, int], None] | None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
     return start
+
+
+class Writeback:
+    """Asks the kernel to start writing a file's finished prefix to disk every ``STEP`` bytes
+    (from ``base``), so the final fsync has little left to wait for; ``flush`` (a buffered
+    file's) runs first. Advisory: nothing happens where sync_file_range does not exist."""
+
+    STEP = 16 << 20
+
+    def __init__(self, fd: int, base: int = 0, flush: Callable[[], None] | None = None) -> None:
+        self._fd, self._base, self._flush = fd, base, flush
+        self._start = writeback_starter()
+        self._done = 0
+
+    def up_to(self, end: int) -> None:
+        """The first ``end`` bytes after ``base`` are written."""
+        if self._start is None or end - self._done < self.STEP:
+            return
+        if self._flush is not None:
+            self._flush()
+        self._start(self._fd, self._base + self._done, end - self._done)
+        self._done = end

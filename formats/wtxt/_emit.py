@@ -33,7 +33,7 @@ import numpy as np
 import pybase64
 
 from .._alloc import tune_allocator
-from ..atomic import TrailingDigest, writeback_starter
+from ..atomic import TrailingDigest, Writeback
 from ..integrity import merkle_link
 from ..keys import keyid
 from ._grammar import (
@@ -50,7 +50,6 @@ BATCH_BYTES = 1 << 20        # raw bytes per encode task
 PIECE_BYTES = 57 * 16384     # raw bytes per piece of a chunk larger than BATCH_BYTES
 MAX_IN_FLIGHT = 8            # encode tasks queued or running at once
 DIGEST_LEAD = 2              # raw bytes of digest tasks submitted per byte of chunk tasks
-WRITEBACK_BYTES = 16 << 20   # start writeback of finished text in steps of this size
 ROOT_LINE_LEN = len(Root(ZERO64, ZERO64, ZERO64, ZERO16).line()) + 1
 SIGN_LINE_LEN = len("sign ed25519= keyid=\n") + 88 + 16
 _ENDCH = np.frombuffer(ENDCH, np.uint8)
@@ -140,8 +139,7 @@ class FileSink:
 
     def __init__(self, fd: int, base: int) -> None:
         self.fd, self.base = fd, base
-        self._writeback = writeback_starter()
-        self._started = 0
+        self._writeback = Writeback(fd, base)
         self.digest: TrailingDigest | None = None
 
     def reserve(self, size: int) -> None:
@@ -173,9 +171,7 @@ class FileSink:
     def finished_up_to(self, end: int) -> None:
         if self.digest is not None:
             self.digest.advance(end)
-        if self._writeback is not None and end - self._started >= WRITEBACK_BYTES:
-            self._writeback(self.fd, self.base + self._started, end - self._started)
-            self._started = end
+        self._writeback.up_to(end)
 
     def abandon(self) -> None:
         if self.digest is not None:

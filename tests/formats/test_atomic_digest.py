@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from snapops.formats.atomic import DigestingFile, atomic_write_digest
+from snapops.formats.atomic import DigestingFile, Writeback, atomic_write_digest
 
 
 def pieces() -> list[bytes]:
@@ -107,7 +107,7 @@ def test_durable_sequential_writes_start_writeback_in_steps(tmp_path, monkeypatc
         return start
 
     monkeypatch.setattr(atomic, "writeback_starter", recording)
-    monkeypatch.setattr(DigestingFile, "WRITEBACK_STEP", 1 << 20)
+    monkeypatch.setattr(Writeback, "STEP", 1 << 20)
     piece = np.random.default_rng(5).integers(0, 256, 300 << 10, np.uint8).tobytes()
     with atomic_write_digest(tmp_path / "x.bin", stable=stable) as f:
         for _ in range(12):
@@ -127,7 +127,7 @@ def test_no_writeback_for_throwaway_or_patched_files(tmp_path, monkeypatch, opti
     started = []
     monkeypatch.setattr(atomic, "writeback_starter",
                         lambda: lambda fd, offset, length: started.append(offset))
-    monkeypatch.setattr(DigestingFile, "WRITEBACK_STEP", 1 << 20)
+    monkeypatch.setattr(Writeback, "STEP", 1 << 20)
     with atomic_write_digest(tmp_path / "x.bin", **options) as f:
         for _ in range(8):
             f.write(bytes(512 << 10))
