@@ -242,9 +242,9 @@ class TrailingDigest:
     order, read back from the page cache (a read-only map: no copy) on a helper thread while
     they work: it starts at :meth:`start` (the writer's word that everything before its
     frontier is final, e.g. once a header computed last is in place) and follows
-    :meth:`advance` (the end of the finished prefix). The file must already be ``size`` bytes
-    long (allocated up front). ``future`` resolves to the hex digest; the thread keeps its own
-    descriptor, so it may finish during the fsync.
+    :meth:`advance` (the end of the finished prefix); for a finished file, both at once. The
+    file must already be ``size`` bytes long. ``future`` resolves to the hex digest; the thread
+    keeps its own descriptor, so it may finish during the fsync.
     """
 
     STEP = 8 << 20      # bytes hashed per look at the frontier
