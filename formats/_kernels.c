@@ -6,6 +6,9 @@
  *   there.
  * - Residuals of the LFS store: byte planes unshuffled and XORed into the items of the base
  *   (unshuffle_xor) in one sequential pass, where numpy made one strided pass per plane.
+ * - Loose git objects stored without compression: the deflate "stored" blocks of a window
+ *   checked and their contents joined at its front (join_stored_blocks), where a Python loop
+ *   held the GIL for every 32 KiB block of a restore's shards.
  *
  * Every function takes buffers through the buffer protocol and checks their shapes against
  * each other before touching a byte; nothing is read or written outside what the exporter
@@ -210,6 +213,64 @@ static PyObject *unshuffle_xor(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The stored deflate blocks at the start of buf[0:got]: each a header byte (BFINAL in bit 0,
+ * BTYPE 00 in bits 1-2), LEN and NLEN little-endian with NLEN == ~LEN, then LEN bytes. Their
+ * contents are moved together to the front of buf, block by block, up to the first block
+ * that does not end inside the window, or through the final one. Returns 0 and fills
+ * *consumed (bytes of blocks taken), *filled (content bytes now at the front), *blocks and
+ * *final; -1 when a header is not a stored block's. */
+static int join_blocks(unsigned char *buf, Py_ssize_t got, Py_ssize_t *consumed,
+                       Py_ssize_t *filled, Py_ssize_t *blocks, int *final)
+{
+    Py_ssize_t at = 0, out = 0, count = 0;
+    *final = 0;
+    while (at + 5 <= got) {
+        unsigned head = buf[at];
+        unsigned len = buf[at + 1] | (unsigned)buf[at + 2] << 8;
+        unsigned nlen = buf[at + 3] | (unsigned)buf[at + 4] << 8;
+        if ((head & 0x06) || (len ^ nlen) != 0xFFFF)
+            return -1;
+        if (at + 5 + (Py_ssize_t)len > got)
+            break;
+        memmove(buf + out, buf + at + 5, len);
+        out += len;
+        at += 5 + len;
+        count++;
+        if (head & 1) {
+            *final = 1;
+            break;
+        }
+    }
+    *consumed = at;
+    *filled = out;
+    *blocks = count;
+    return 0;
+}
+
+static PyObject *join_stored_blocks(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t got, consumed, filled, blocks;
+    int final, status;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "On:join_stored_blocks", &obj, &got))
+        return NULL;
+    if (PyObject_GetBuffer(obj, &buf, PyBUF_CONTIG) < 0)
+        return NULL;
+    if (got < 0 || got > buf.len) {
+        PyErr_Format(PyExc_ValueError, "got must be 0..%zd, is %zd", buf.len, got);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = join_blocks(buf.buf, got, &consumed, &filled, &blocks, &final);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (status < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("nnnO", consumed, filled, blocks, final ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"put_lines", put_lines, METH_VARARGS,
      "put_lines(lines, chars): fill (count, n, width + 3) lines from (count, n, width)\n"
@@ -221,13 +282,19 @@ static PyMethodDef methods[] = {
     {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
      "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
      "for the n items of two contiguous buffers of the same length (a whole number of items)."},
+    {"join_stored_blocks", join_stored_blocks, METH_VARARGS,
+     "join_stored_blocks(buf, got) -> (consumed, filled, blocks, final) or None: move the\n"
+     "contents of the stored deflate blocks in buf[:got] together to its front, up to the\n"
+     "first block not wholly in the window or through the final one; None when a block\n"
+     "header is not a stored block's (BTYPE 00, NLEN the complement of LEN)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "Byte kernels: WTXT base64 lines (see wtxt/_lines.py) and residual unshuffling (see\n"
-    "generation/residual.py), each in one pass with the GIL released.", -1, methods,
+    "Byte kernels: WTXT base64 lines (see wtxt/_lines.py), residual unshuffling (see\n"
+    "generation/residual.py) and stored deflate blocks (see looseobject.py), each in one\n"
+    "pass with the GIL released.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

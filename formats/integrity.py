@@ -20,6 +20,13 @@ def crc32c(data, value: int = 0) -> int:
     return _crc32c.crc32c(data, value=value)
 
 
+def crc32c_holding_gil(data) -> int:
+    """CRC32C of a small piece (a 32 KiB chunk: 3 us) without releasing the GIL: a thread
+    checking a batch of chunks one by one otherwise gives it up and waits to get it back
+    for each (a restore's decoding threads spent more time waiting than computing)."""
+    return _crc32c.crc32c(data, gil_release_mode=0)
+
+
 def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -62,7 +69,8 @@ def git_blob_id(data, *, algorithm: str = "sha1") -> str:
 
 
 def merkle_link(merkle_prev: str, hash_all: str, ts: str, gen: str, build: str) -> str:
-    """``SHA256(merkle_prev_32 || hash_all_32 || ts || gen || build)`` as hex (ASCII text fields)."""
+    """``SHA256(merkle_prev_32 || hash_all_32 || ts || gen || build)`` as hex (the text
+    fields ASCII)."""
     h = hashlib.sha256(bytes.fromhex(merkle_prev) + bytes.fromhex(hash_all))
     h.update(f"{ts}{gen}{build}".encode("ascii"))
     return h.hexdigest()

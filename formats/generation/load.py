@@ -25,6 +25,7 @@ import dataclasses
 import math
 import queue
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
@@ -47,6 +48,9 @@ from .verify import (
     run_folder,
     verify_generation,
 )
+
+
+DECODERS = 2          # shards decoded at once while the rest are checked
 
 
 def load_from_source(source: Source, run: str, *, verify: bool = True,
@@ -73,8 +77,9 @@ def _load_while_verifying(source: Source, run: str, options: GenerationOptions
                           ) -> tuple[dict[str, np.ndarray], Manifest]:
     """Verify the generation, and decode each shard as soon as its own check passed (its
     digest against the sealed MANIFEST: the decoder skips what that covers) while the next
-    shards are still copied out and hashed: a shard is decoded on one core while the others
-    are checked on the other. Nothing is returned unless the whole generation verifies; its
+    shards are still copied out and hashed. Shards are decoded ``DECODERS`` at a time: one
+    decoding thread could not keep up with the checks (a WTXT shard decodes slower than it
+    is copied and hashed). Nothing is returned unless the whole generation verifies; its
     failure, not a decoding error it caused, is what is raised."""
     ready: queue.Queue = queue.Queue()
     with ThreadPoolExecutor(1, thread_name_prefix="snapops-verify") as pool:
@@ -84,10 +89,15 @@ def _load_while_verifying(source: Source, run: str, options: GenerationOptions
         try:
             _, manifest = read_manifest(source, run)
             loader = _Assembler(source, run, manifest, options.identity, verified=True)
-            with loader:
+            with loader, ThreadPoolExecutor(DECODERS, thread_name_prefix="snapops-load") as dec:
+                decoding = []
                 while (shard := ready.get()) is not None:
-                    loader.load(shard)
+                    decoding.append(dec.submit(loader.load, shard))
+                    if decoding[0].done():
+                        decoding.pop(0).result()
                 report = verifying.result()
+                for job in decoding:
+                    job.result()
                 if not report.ok:
                     raise report.failure
                 loader.load_rest()
@@ -123,6 +133,7 @@ class _Assembler:
         self.folder = run_folder(run)
         self.out: dict[str, np.ndarray] = {}
         self._done: set[str] = set()
+        self._lock = threading.Lock()
 
     def __enter__(self) -> "_Assembler":
         self._tmp = tempfile.TemporaryDirectory(prefix="snapops-load-")
@@ -132,16 +143,18 @@ class _Assembler:
         self._tmp.cleanup()
 
     def load(self, shard_path: str) -> None:
-        """Decode one shard and place its parts (a shard holding no part: nothing to do)."""
-        if shard_path in self._done or shard_path not in self.by_shard:
-            return
-        self._done.add(shard_path)
+        """Decode one shard and place its parts (a shard holding no part: nothing to do).
+        Safe to call from several threads at once (for different shards)."""
+        with self._lock:
+            if shard_path in self._done or shard_path not in self.by_shard:
+                return
+            self._done.add(shard_path)
         wsum = f"{self.folder}/{self.wsums[shard_path]}" if shard_path in self.wsums else None
         with _plain(self.source, f"{self.folder}/{shard_path}", wsum, self.identity,
                     Path(self._tmp.name)) as local:
             loaded = _load_shard(local, self.formats[shard_path], verify=not self.verified)
         for array in self.by_shard[shard_path]:
-            _place(array, shard_path, loaded, self.out)
+            _place(array, shard_path, loaded, self.out, self._lock)
         release = getattr(self.source, "release", None)   # a git source's kept copies
         if release is not None:
             for done in (f"{self.folder}/{shard_path}", wsum):
@@ -184,7 +197,7 @@ def _load_shard(local: Path, fmt: str, verify: bool) -> dict[str, np.ndarray]:
 
 
 def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
-           out: dict[str, np.ndarray]) -> None:
+           out: dict[str, np.ndarray], lock: threading.Lock) -> None:
     logical = numpy_dtype(array.dtype)
     for part in array.parts:
         if part.shard != shard:
@@ -202,12 +215,13 @@ def _place(array: ArrayRecord, shard: str, loaded: dict[str, np.ndarray],
         if len(array.parts) == 1:
             out[array.name] = piece.reshape(extent)
             continue
-        target = out.get(array.name)
-        if target is None:
-            parts = sum(math.prod(hi - lo for lo, hi in p.box) for p in array.parts)
-            check_shape(array.name, array.shape, logical.itemsize,
-                        available=parts * logical.itemsize, path=shard)
-            target = out[array.name] = np.empty(array.shape, logical)
+        with lock:     # the parts of one array may come from shards decoded side by side
+            target = out.get(array.name)
+            if target is None:
+                parts = sum(math.prod(hi - lo for lo, hi in p.box) for p in array.parts)
+                check_shape(array.name, array.shape, logical.itemsize,
+                            available=parts * logical.itemsize, path=shard)
+                target = out[array.name] = np.empty(array.shape, logical)
         target[tuple(slice(lo, hi) for lo, hi in part.box)] = piece.reshape(extent)
 
 

@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from ..integrity import crc32c
+from ..integrity import crc32c_holding_gil
 from ._grammar import ZERO64, ch_line
 from ._lines import HEX_DIGITS
 
@@ -39,7 +39,7 @@ def hex_digits(data: np.ndarray) -> np.ndarray:
 def chunk_crcs(raw, count: int, length: int) -> np.ndarray:
     """CRC32C (count, 8 hex digits) of ``count`` chunks of ``length`` bytes in ``raw``."""
     view = memoryview(raw).cast("B")
-    crcs = [crc32c(view[k * length:(k + 1) * length]) for k in range(count)]
+    crcs = [crc32c_holding_gil(view[k * length:(k + 1) * length]) for k in range(count)]
     return HEX_DIGITS[(np.array(crcs, np.uint32)[:, None] >> _CRC_SHIFTS) & 0xF]
 
 
@@ -51,7 +51,7 @@ def chunk_digests(raw, count: int, length: int) -> tuple[np.ndarray, np.ndarray]
     for k in range(count):
         piece = view[k * length:(k + 1) * length]
         shas.append(hashlib.sha256(piece).digest())
-        crcs.append(crc32c(piece))
+        crcs.append(crc32c_holding_gil(piece))
     sha = hex_digits(np.frombuffer(b"".join(shas), np.uint8).reshape(count, 32))
     crc = HEX_DIGITS[(np.array(crcs, np.uint32)[:, None] >> _CRC_SHIFTS) & 0xF]
     return sha, crc

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac as _hmac
-import mmap
 import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
 
+from .._alloc import populated_buffer
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
@@ -101,14 +101,9 @@ def _array_sink(arrays: dict, size_left):
 
 
 def new_buffer(nbytes: int) -> np.ndarray:
-    """A writable byte array for decoded data. Large ones are mapped with MAP_POPULATE: the
-    kernel faults all pages in one call, 2-6x faster here than first-touching them one by one
-    while decoding (the array owns the mapping; it is unmapped when the array is freed)."""
-    flags = getattr(mmap, "MAP_POPULATE", 0)
-    if nbytes < (1 << 20) or not flags:
-        return np.empty(nbytes, np.uint8)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
-    return np.frombuffer(region, np.uint8)
+    """A writable byte array for decoded data (large ones with their pages present: see
+    :func:`~snapops.formats._alloc.populated_buffer`)."""
+    return populated_buffer(nbytes)
 
 
 def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
