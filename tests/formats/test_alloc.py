@@ -1,0 +1,26 @@
+"""Decode targets with their pages present: the madvise path, the MAP_POPULATE fallback,
+small buffers from the heap; all writable, of the size asked, owning their memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import snapops.formats._alloc as alloc
+
+
+@pytest.mark.parametrize("nbytes", [0, 1000, alloc.POPULATE_FROM, 5 * alloc.POPULATE_FROM + 3])
+@pytest.mark.parametrize("madvise_works", [True, False])
+def test_a_populated_buffer_is_a_writable_array_of_its_size(nbytes, madvise_works,
+                                                            monkeypatch):
+    if not madvise_works:
+        monkeypatch.setattr(alloc, "_populate", lambda address, size: False)
+    buf = alloc.populated_buffer(nbytes)
+    assert buf.dtype == np.uint8 and buf.shape == (nbytes,) and buf.flags.writeable
+    pattern = np.arange(nbytes, dtype=np.uint64).astype(np.uint8)
+    buf[:] = pattern
+    assert np.array_equal(buf, pattern)
+    if nbytes >= alloc.POPULATE_FROM:
+        assert not buf.flags.owndata          # a mapping of its own, freed with the array
+        assert buf.base is not None
+
