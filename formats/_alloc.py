@@ -12,6 +12,7 @@ Process-wide and idempotent; set SNAPOPS_MALLOC_TUNING=0 to leave the allocator 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -49,12 +50,16 @@ def populated_buffer(nbytes: int) -> np.ndarray:
     Faulting a fresh mapping's pages one by one while decoding into it costs 2-6x what one
     call for all of them does. ``mmap(MAP_POPULATE)`` is that call, but Python makes it
     holding the GIL (0.35 s per GiB here, during which no other thread of a restore runs);
-    ``madvise(MADV_POPULATE_WRITE)`` through ctypes releases it. Small buffers come from the
+    ``madvise(MADV_POPULATE_WRITE)`` through ctypes releases it. The mapping asks for
+    transparent huge pages (as numpy does for its large arrays): a 1 GiB WTXT restore's
+    decoding took 15% less CPU (0.25 s less in the kernel). Small buffers come from the
     heap; without that madvise (an old kernel) MAP_POPULATE is used. The array owns its
     mapping: it is unmapped when the array is freed."""
     if nbytes < POPULATE_FROM or not hasattr(mmap, "MAP_POPULATE"):
         return np.empty(nbytes, np.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with contextlib.suppress(OSError, AttributeError):   # a kernel without THP
+        region.madvise(mmap.MADV_HUGEPAGE)
     out = np.frombuffer(region, np.uint8)
     if _populate(out.ctypes.data, nbytes):
         return out

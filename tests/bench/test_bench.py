@@ -79,7 +79,8 @@ def test_restore_suite_restores_next_to_its_references(tmp_path, capsys):
     assert set(r) == {"machine", "aero", "load_after"}
     g = r["aero"]
     assert g["raw_bytes"] >= 1 << 20 and g["shard_bytes"] > 0
-    for name in ("restore", "restore_to_file", "restore_url", "cat_file", "sha256", "memcpy"):
+    for name in ("restore", "restore_to_file", "restore_url", "cat_file", "copy_out", "sha256",
+                 "memcpy"):
         assert g[f"{name}_mb_s"] > 0 and g[f"{name}_s"] >= 0
     assert g["restore_vs_sha256"] == round(g["restore_mb_s"] / g["sha256_mb_s"], 2)
     assert list(tmp_path.iterdir()) == []
