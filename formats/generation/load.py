@@ -89,15 +89,9 @@ def _load_while_verifying(source: Source, run: str, options: GenerationOptions
         try:
             _, manifest = read_manifest(source, run)
             loader = _Assembler(source, run, manifest, options.identity, verified=True)
-            with loader, ThreadPoolExecutor(DECODERS, thread_name_prefix="snapops-load") as dec:
-                decoding = []
-                while (shard := ready.get()) is not None:
-                    decoding.append(dec.submit(loader.load, shard))
-                    if decoding[0].done():
-                        decoding.pop(0).result()
+            with loader:
+                _decode_as_checked(loader, ready)
                 report = verifying.result()
-                for job in decoding:
-                    job.result()
                 if not report.ok:
                     raise report.failure
                 loader.load_rest()
@@ -107,6 +101,24 @@ def _load_while_verifying(source: Source, run: str, options: GenerationOptions
                 raise report.failure from None
             raise
     return loader.out, manifest
+
+
+def _decode_as_checked(loader: "_Assembler", ready: queue.Queue) -> None:
+    """Decode each shard ``ready`` yields (None ends it), ``DECODERS`` at a time; the first
+    decoding error is raised once the decoders stopped, the shards not yet begun dropped."""
+    with ThreadPoolExecutor(DECODERS, thread_name_prefix="snapops-load") as decoders:
+        jobs = []
+        try:
+            while (shard := ready.get()) is not None:
+                jobs.append(decoders.submit(loader.load, shard))
+                while jobs and jobs[0].done():
+                    jobs.pop(0).result()
+            for job in jobs:
+                job.result()
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
 
 
 def assemble(source: Source, run: str, manifest: Manifest, identity=None, *,

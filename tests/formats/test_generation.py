@@ -105,6 +105,29 @@ def test_parts_decoded_side_by_side_land_in_their_arrays(tmp_path, keys, fmt, mo
                 assert snap[name].dtype == array.dtype, name
                 assert snap[name].tobytes() == array.tobytes(), name
 
+
+def test_a_shard_that_fails_to_decode_ends_the_load_with_its_error(tmp_path, keys,
+                                                                     monkeypatch):
+    """A decoding failure on one of the decoders (the generation itself verifies) is the
+    error raised, once the decoders stopped; nothing half-loaded comes back."""
+    import snapops.formats.generation.load as load_module
+
+    rng = np.random.default_rng(5)
+    arrays = {f"w{k}": rng.standard_normal((64, 16)).astype(np.float32) for k in range(8)}
+    written = commit_gen(tmp_path, spec(keys, "aero"), 1, arrays)
+    assert len(written.manifest.shards) >= 16
+    real, calls = load_module._load_shard, []
+
+    def failing_third(local, fmt, verify):
+        calls.append(local)
+        if len(calls) == 3:
+            raise FormatError("injected decoding failure", path=str(local))
+        return real(local, fmt, verify)
+
+    monkeypatch.setattr(load_module, "_load_shard", failing_third)
+    with pytest.raises(FormatError, match="injected decoding failure"):
+        load_from_source(FolderSource(tmp_path), "run1", options=opts(keys))
+
 def test_deterministic_and_unchanged_shards_are_reused(tmp_path, keys):
     a, b = tmp_path / "a", tmp_path / "b"
     first = commit_gen(a, spec(keys), 1, state(1))
