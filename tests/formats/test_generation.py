@@ -84,12 +84,10 @@ def test_round_trip_every_format_exact_dtypes_and_names(tmp_path, keys, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["wtxt", "aero"])
-def test_parts_decoded_side_by_side_land_in_their_arrays(tmp_path, keys, fmt, monkeypatch):
-    """Shards are decoded several at a time while the rest are checked: arrays cut into
-    many parts over many shards come back whole and exact, whichever decoder placed which
-    part first, with one decoder as with four."""
-    import snapops.formats.generation.load as load_module
-
+def test_parts_decoded_side_by_side_land_in_their_arrays(tmp_path, keys, fmt):
+    """Each verify worker decodes the shard it has just checked, several at a time: arrays
+    cut into many parts over many shards come back whole and exact, whichever worker placed
+    which part first, with one worker as with four."""
     rng = np.random.default_rng(11)
     arrays = {f"layer.{k}.weight": rng.standard_normal((64, 24)).astype(np.float32)
               for k in range(6)}
@@ -97,10 +95,10 @@ def test_parts_decoded_side_by_side_land_in_their_arrays(tmp_path, keys, fmt, mo
     written = commit_gen(tmp_path, spec(keys, fmt), 1, arrays)
     assert len(written.manifest.shards) >= 20
     assert all(len(a.parts) >= 3 for a in written.manifest.arrays)
-    for decoders in (1, 4):
-        monkeypatch.setattr(load_module, "DECODERS", decoders)
+    for workers in (1, 4):
         for _ in range(3):
-            snap = load_from_source(FolderSource(tmp_path), "run1", options=opts(keys))
+            snap = load_from_source(FolderSource(tmp_path), "run1",
+                                    options=opts(keys, workers=workers))
             for name, array in arrays.items():
                 assert snap[name].dtype == array.dtype, name
                 assert snap[name].tobytes() == array.tobytes(), name
@@ -108,8 +106,9 @@ def test_parts_decoded_side_by_side_land_in_their_arrays(tmp_path, keys, fmt, mo
 
 def test_a_shard_that_fails_to_decode_ends_the_load_with_its_error(tmp_path, keys,
                                                                      monkeypatch):
-    """A decoding failure on one of the decoders (the generation itself verifies) is the
-    error raised, once the decoders stopped; nothing half-loaded comes back."""
+    """A decoding failure on one of the workers (the generation itself verifies) is the
+    error raised once the verification is done; no shard is decoded after it, and nothing
+    half-loaded comes back."""
     import snapops.formats.generation.load as load_module
 
     rng = np.random.default_rng(5)
@@ -126,7 +125,8 @@ def test_a_shard_that_fails_to_decode_ends_the_load_with_its_error(tmp_path, key
 
     monkeypatch.setattr(load_module, "_load_shard", failing_third)
     with pytest.raises(FormatError, match="injected decoding failure"):
-        load_from_source(FolderSource(tmp_path), "run1", options=opts(keys))
+        load_from_source(FolderSource(tmp_path), "run1", options=opts(keys, workers=1))
+    assert len(calls) == 3       # one worker: the shards after the failure were not decoded
 
 def test_deterministic_and_unchanged_shards_are_reused(tmp_path, keys):
     a, b = tmp_path / "a", tmp_path / "b"
