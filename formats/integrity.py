@@ -21,9 +21,10 @@ def crc32c(data, value: int = 0) -> int:
 
 
 def crc32c_holding_gil(data) -> int:
-    """CRC32C of a small piece (a 32 KiB chunk: 3 us) without releasing the GIL: a thread
-    checking a batch of chunks one by one otherwise gives it up and waits to get it back
-    for each (a restore's decoding threads spent more time waiting than computing)."""
+    """CRC32C of a small piece without releasing the GIL: a thread checking a batch of
+    chunks one by one otherwise gives it up and waits to get it back for each (a restore's
+    decoding threads spent more time waiting than computing). For the WTXT codec's batched
+    chunks (32 KiB by default: 3 us; never more than a 2 MiB batch: 0.2 ms)."""
     return _crc32c.crc32c(data, gil_release_mode=0)
 
 
