@@ -20,12 +20,13 @@ import platform
 
 import numpy as np
 
+from .libc import libc_function
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MADV_POPULATE_WRITE = 23         # Linux 5.14+
 POPULATE_FROM = 1 << 20
 _tuned = False
-_madvise = None
 
 
 def tune_allocator() -> bool:
@@ -35,11 +36,9 @@ def tune_allocator() -> bool:
         return True
     if os.environ.get("SNAPOPS_MALLOC_TUNING", "1") == "0" or platform.libc_ver()[0] != "glibc":
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    mallopt = libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _tuned = bool(mallopt(M_MMAP_THRESHOLD, 4 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 64 << 20))
     return _tuned
 
@@ -72,14 +71,5 @@ def populated_buffer(nbytes: int) -> np.ndarray:
 
 def _populate(address: int, nbytes: int) -> bool:
     """madvise(MADV_POPULATE_WRITE) with the GIL released (ctypes drops it for the call)."""
-    global _madvise
-    if _madvise is None:
-        try:
-            call = ctypes.CDLL(None, use_errno=True).madvise
-        except (OSError, AttributeError):
-            _madvise = False
-            return False
-        call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        call.restype = ctypes.c_int
-        _madvise = call
-    return bool(_madvise) and _madvise(address, nbytes, MADV_POPULATE_WRITE) == 0
+    madvise = libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
+    return madvise is not None and madvise(address, nbytes, MADV_POPULATE_WRITE) == 0

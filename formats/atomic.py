@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import io
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from .iosafe import open_input
+from .libc import libc_function
 
 _TEMP = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{12}\.tmp")
 # a temp this fresh may be between its creation and its writer's flock: never touched
@@ -397,14 +399,10 @@ def writeback_starter() -> Callable[[int, int, int], None] | None:
     """``start(fd, offset, length)``: ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on Linux, which
     starts writing back what was written so the final fsync has little left to wait for;
     None where the call does not exist. Advisory: a failure only means less overlap."""
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
+    fn = libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                           ctypes.c_uint))
+    if fn is None:
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
 
     def start(fd: int, offset: int, length: int) -> None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE

@@ -19,6 +19,7 @@ regular files get the bytes through a temporary file.
 from __future__ import annotations
 
 import collections
+import ctypes
 import hashlib
 import hmac as _hmac
 import os
@@ -36,6 +37,7 @@ from .._alloc import tune_allocator
 from ..atomic import TrailingDigest, Writeback
 from ..integrity import merkle_link
 from ..keys import keyid
+from ..libc import libc_function
 from ._grammar import (
     MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
 )
@@ -117,19 +119,8 @@ def plan_layout(arrays: list[PreparedArray], head_len: int, tail: bytes) -> Layo
     return Layout(places, at, at + len(tail))
 
 
-def _fallocate_call():
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_FALLOCATE = _fallocate_call()
+_FALLOCATE = libc_function("fallocate", (ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                          ctypes.c_int64))
 
 
 class FileSink:

@@ -24,3 +24,17 @@ def test_a_populated_buffer_is_a_writable_array_of_its_size(nbytes, madvise_work
         assert not buf.flags.owndata          # a mapping of its own, freed with the array
         assert buf.base is not None
 
+
+
+def test_libc_functions_are_looked_up_once_and_missing_ones_are_none():
+    import ctypes
+    import os
+
+    from snapops.formats.libc import libc_function
+
+    getpid = libc_function("getpid", ())
+    assert getpid is not None and getpid() == os.getpid()
+    assert libc_function("getpid", ()) is getpid
+    assert libc_function("snapops_no_such_function", ()) is None
+    assert libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)).restype \
+        is ctypes.c_int
