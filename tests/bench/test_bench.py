@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from snapops.bench._measure import model_state, run_rounds
+from snapops.bench._measure import measure, model_state, run_rounds
 from snapops.cli import main
 from snapops.cli.bench import SUITES
 
@@ -156,6 +156,23 @@ def test_rounds_keep_measurements_after_the_warm_up_only():
                       memory=False, after_round=lambda: calls.append("|"))
     assert calls == ["a", "b", "|"] * 3
     assert len(runs["a"]) == len(runs["b"]) == 2
+
+
+def test_memory_peak_is_seen_by_the_sampler_process_even_when_freed_before_the_end():
+    import time
+
+    import numpy as np
+
+    with measure() as m:
+        held = np.ones(48 << 20, np.uint8)    # written: resident, anonymous
+        time.sleep(0.05)                     # ten sampling periods
+        del held
+    assert m.result.peak_anon_extra >= 48 << 20 and m.result.peak_extra >= 48 << 20
+    sampler = m._sampler
+    assert sampler.returncode == 0           # it reported and ended; nothing left running
+    with measure(memory=False) as quiet:
+        pass
+    assert quiet.result.peak_anon_extra == 0 and quiet._sampler is None
 
 
 def test_one_state_generator_sizes_and_shapes():
