@@ -84,9 +84,9 @@ class measure:
     """Context manager: wall and CPU time; with ``memory=True`` (default) also peak RSS and
     anonymous memory, sampled every 5 ms by a child process at nice 19 reading
     ``/proc/PID/statm``. A sampling thread of this process took the GIL every 2 ms and slowed
-    a two-thread WTXT load by 7-10%; this sampler's cost is below the noise. Use ``memory=False`` for
-    millisecond-scale operations (starting the sampler takes tens of milliseconds, before
-    the clocks start)."""
+    a two-thread WTXT load by 7-10%; this sampler's cost is below the noise. Use
+    ``memory=False`` for millisecond-scale operations (starting the sampler takes tens of
+    milliseconds, before the clocks start)."""
 
     def __init__(self, memory: bool = True) -> None:
         self.memory = memory
