@@ -7,13 +7,15 @@ mmap threshold to 4 MiB and the trim threshold to 64 MiB keeps such buffers in t
 large user arrays (> 4 MiB) are still mmap()ed and returned to the OS when freed.
 Process-wide and idempotent; set SNAPOPS_MALLOC_TUNING=0 to leave the allocator alone.
 
-:func:`populated_buffer` hands out large decode targets with their pages already present.
+:func:`decode_buffer` hands out large decode targets (see there for how their pages
+come in).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import mmap
 import os
 import platform
@@ -26,6 +28,7 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MADV_POPULATE_WRITE = 23         # Linux 5.14+
 POPULATE_FROM = 1 << 20
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 _tuned = False
 
 
@@ -43,17 +46,49 @@ def tune_allocator() -> bool:
     return _tuned
 
 
+def decode_buffer(nbytes: int) -> np.ndarray:
+    """A writable uint8 array of ``nbytes`` for decoded data, owning its memory.
+
+    Large ones are mappings of their own (unmapped when the array is freed) that ask for
+    transparent huge pages: the decoding threads then fault them in 2 MiB at a time, each on
+    its own core, as they write. Populating the whole mapping up front instead (one madvise,
+    on the thread that parses the file) made fresh memory a serial step: a 256 MiB WTXT load
+    ran at 302 MB/s against 426 (medians of 6 alternating runs, memory returned to the VM's
+    host between them; 377 against 413 when it was not). Without huge pages (disabled, or a
+    kernel without them) faulting 4 KiB at a time costs 2-6x what populating does, so the
+    pages are populated first (:func:`populated_buffer`). Small buffers come from the heap.
+    """
+    if nbytes < POPULATE_FROM or not hasattr(mmap, "MAP_POPULATE"):
+        return np.empty(nbytes, np.uint8)
+    if not huge_pages_enabled():
+        return populated_buffer(nbytes)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except (OSError, AttributeError):
+        region.close()
+        return populated_buffer(nbytes)
+    return np.frombuffer(region, np.uint8)
+
+
+@functools.lru_cache(maxsize=1)
+def huge_pages_enabled(setting: str = THP_SETTING) -> bool:
+    """Transparent huge pages are on for mappings that ask for them (``always`` or
+    ``madvise`` selected in ``setting``)."""
+    try:
+        with open(setting, encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return "[always]" in text or "[madvise]" in text
+
+
 def populated_buffer(nbytes: int) -> np.ndarray:
     """A writable uint8 array of ``nbytes`` whose pages are present before it is written.
 
-    Faulting a fresh mapping's pages one by one while decoding into it costs 2-6x what one
-    call for all of them does. ``mmap(MAP_POPULATE)`` is that call, but Python makes it
-    holding the GIL (0.35 s per GiB here, during which no other thread of a restore runs);
-    ``madvise(MADV_POPULATE_WRITE)`` through ctypes releases it. The mapping asks for
-    transparent huge pages (as numpy does for its large arrays): a 1 GiB WTXT restore's
-    decoding took 15% less CPU (0.25 s less in the kernel). Small buffers come from the
-    heap; without that madvise (an old kernel) MAP_POPULATE is used. The array owns its
-    mapping: it is unmapped when the array is freed."""
+    ``mmap(MAP_POPULATE)`` holds the GIL while it faults every page in (0.35 s per GiB here,
+    during which no other thread runs); ``madvise(MADV_POPULATE_WRITE)`` through ctypes
+    releases it (Linux 5.14+; MAP_POPULATE before that). Small buffers come from the heap."""
     if nbytes < POPULATE_FROM or not hasattr(mmap, "MAP_POPULATE"):
         return np.empty(nbytes, np.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .._alloc import populated_buffer
+from .._alloc import decode_buffer
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..iosafe import open_input
 from ..keys import coerce_hmac_key, coerce_trusted
@@ -101,9 +101,9 @@ def _array_sink(arrays: dict, size_left):
 
 
 def new_buffer(nbytes: int) -> np.ndarray:
-    """A writable byte array for decoded data (large ones with their pages present: see
-    :func:`~snapops.formats._alloc.populated_buffer`)."""
-    return populated_buffer(nbytes)
+    """A writable byte array for decoded data (see
+    :func:`~snapops.formats._alloc.decode_buffer`)."""
+    return decode_buffer(nbytes)
 
 
 def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
