@@ -143,9 +143,15 @@ class _Assembler:
                 return
             self._done.add(shard_path)
         wsum = f"{self.folder}/{self.wsums[shard_path]}" if shard_path in self.wsums else None
-        with _plain(self.source, f"{self.folder}/{shard_path}", wsum, self.identity,
-                    Path(self._tmp.name)) as local:
-            loaded = _load_shard(local, self.formats[shard_path], verify=not self.verified)
+        where = f"{self.folder}/{shard_path}"
+        with _plain(self.source, where, wsum, self.identity, Path(self._tmp.name)) as local:
+            try:
+                loaded = _load_shard(local, self.formats[shard_path], verify=not self.verified)
+            except FormatError as exc:      # named by the tree's path, not the local copy's
+                if exc.path == str(local):
+                    exc.path = where
+                    exc.args = (str(exc),)
+                raise
         for array in self.by_shard[shard_path]:
             _place(array, shard_path, loaded, self.out, self._lock)
         release = getattr(self.source, "release", None)   # a git source's kept copies

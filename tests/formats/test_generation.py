@@ -124,9 +124,12 @@ def test_a_shard_that_fails_to_decode_ends_the_load_with_its_error(tmp_path, key
         return real(local, fmt, verify)
 
     monkeypatch.setattr(load_module, "_load_shard", failing_third)
-    with pytest.raises(FormatError, match="injected decoding failure"):
+    with pytest.raises(FormatError, match="injected decoding failure") as failed:
         load_from_source(FolderSource(tmp_path), "run1", options=opts(keys, workers=1))
     assert len(calls) == 3       # one worker: the shards after the failure were not decoded
+    # named by its path in the tree, as every other finding about a generation is
+    shard = Path(calls[2]).relative_to(tmp_path).as_posix()
+    assert failed.value.path == shard and str(failed.value).startswith(f"{shard}:")
 
 def test_deterministic_and_unchanged_shards_are_reused(tmp_path, keys):
     a, b = tmp_path / "a", tmp_path / "b"
@@ -147,7 +150,8 @@ def test_age_shards_checked_by_digest_without_identity(tmp_path, keys):
     assert plain.ok and any("encrypted; checked by its digest only" in n for n in plain.notes)
     full = verify_generation(FolderSource(tmp_path), "run1", opts(keys, identity=keys / "age.key"))
     assert full.ok and not any("digest only" in n for n in full.notes)
-    snap = load_from_source(FolderSource(tmp_path), "run1", options=opts(keys, identity=keys / "age.key"))
+    snap = load_from_source(FolderSource(tmp_path), "run1",
+                            options=opts(keys, identity=keys / "age.key"))
     assert snap["emb.weight"].dtype == ml_dtypes.bfloat16
 
 
@@ -178,7 +182,8 @@ def _gen_with(tmp_path, keys, fmt="wtxt"):
         (f / "shards/0000.wtxt").read_bytes().replace(b"build=b1", b"build=b2")), "digest",
      "do not match"),
     (lambda f: (f / "MANIFEST").write_bytes(
-        (f / "MANIFEST").read_bytes().replace(b"norm=", b"norm=1", 1)), "canonical|grammar|signature",
+        (f / "MANIFEST").read_bytes().replace(b"norm=", b"norm=1", 1)),
+     "canonical|grammar|signature",
      ""),
 ])
 def test_tampering_is_refused(tmp_path, keys, attack, check, message):
