@@ -53,8 +53,8 @@ def decode_buffer(nbytes: int) -> np.ndarray:
     transparent huge pages: the decoding threads then fault them in 2 MiB at a time, each on
     its own core, as they write. Populating the whole mapping up front instead (one madvise,
     on the thread that parses the file) made fresh memory a serial step: a 256 MiB WTXT load
-    ran at 302 MB/s against 426 (medians of 6 alternating runs, memory returned to the VM's
-    host between them; 377 against 413 when it was not). Without huge pages (disabled, or a
+    ran at 270 MB/s against 344 (medians of 6 alternating runs, memory returned to the VM's
+    host between them; 371 against 369 when it was not). Without huge pages (disabled, or a
     kernel without them) faulting 4 KiB at a time costs 2-6x what populating does, so the
     pages are populated first (:func:`populated_buffer`). Small buffers come from the heap.
     """

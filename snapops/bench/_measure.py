@@ -101,6 +101,7 @@ class measure:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             if self._sampler.stdout.readline() != "ready\n":
                 self._sampler.kill()
+                self._sampler.wait()
                 raise RuntimeError("the memory sampler of `snapops bench` did not start")
         self._cpu = cpu_seconds()
         self._t0 = time.perf_counter()
