@@ -13,7 +13,6 @@ come in).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import mmap
@@ -84,7 +83,8 @@ def huge_pages_enabled(setting: str = THP_SETTING) -> bool:
 
 
 def populated_buffer(nbytes: int) -> np.ndarray:
-    """A writable uint8 array of ``nbytes`` whose pages are present before it is written.
+    """A writable uint8 array of ``nbytes`` whose pages are present before it is written
+    (where huge pages are off: see :func:`decode_buffer`).
 
     ``mmap(MAP_POPULATE)`` holds the GIL while it faults every page in (0.35 s per GiB here,
     during which no other thread runs); ``madvise(MADV_POPULATE_WRITE)`` through ctypes
@@ -92,8 +92,6 @@ def populated_buffer(nbytes: int) -> np.ndarray:
     if nbytes < POPULATE_FROM or not hasattr(mmap, "MAP_POPULATE"):
         return np.empty(nbytes, np.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError, AttributeError):   # a kernel without THP
-        region.madvise(mmap.MADV_HUGEPAGE)
     out = np.frombuffer(region, np.uint8)
     if _populate(out.ctypes.data, nbytes):
         return out
