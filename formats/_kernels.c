@@ -4,6 +4,7 @@
  *   apart and checked (gather_lines) line by line. numpy needed four passes (copy, XOR
  *   reduction, hex lookup, separator checks); a 256 MiB keyed verify spent a fifth of its CPU
  *   there.
+ *   decode_lines also decodes the full lines, a block of them at a time, with libbase64.
  * - Residuals of the LFS store: byte planes unshuffled and XORed into the items of the base
  *   (unshuffle_xor) in one sequential pass, where numpy made one strided pass per plane.
  * - Loose git objects stored without compression: the deflate "stored" blocks of a window
@@ -38,6 +39,13 @@ static inline unsigned parity(const unsigned char *p, Py_ssize_t width)
     acc ^= acc >> 16;
     acc ^= acc >> 8;
     return (unsigned)(acc & 0xF);
+}
+
+/* Whether the line's characters are followed by a space, their parity digit and LF. */
+static inline int line_ends_well(const unsigned char *line, Py_ssize_t width)
+{
+    return line[width] == ' ' && line[width + 2] == '\n'
+           && line[width + 1] == (unsigned char)HEX[parity(line, width)];
 }
 
 /* The full lines of a chunk are all 76 characters wide: with the width a constant, the
@@ -137,10 +145,8 @@ static PyObject *gather_lines(PyObject *self, PyObject *args)
                 memcpy(dst, src, FULL_WIDTH);
             else
                 memcpy(dst, src, (size_t)width);
-            if (check && (src[width] != ' ' || src[width + 2] != '\n'
-                          || src[width + 1] != (unsigned char)HEX[
-                              width == FULL_WIDTH ? parity(src, FULL_WIDTH)
-                                                  : parity(src, width)])) {
+            if (check && !(width == FULL_WIDTH ? line_ends_well(src, FULL_WIDTH)
+                                               : line_ends_well(src, width))) {
                 ok = 0;
                 break;
             }
@@ -149,6 +155,88 @@ static PyObject *gather_lines(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&lines);
     PyBuffer_Release(&chars);
+    return PyBool_FromLong(ok);
+}
+
+/* libbase64's one-shot decoder, as pybase64's extension exports it (its address is handed
+ * over once by set_base64_decoder; see wtxt/_lines.py). Decoding the gathered characters of a
+ * few hundred lines while they are still in the cache, straight into the array, saves writing
+ * them out, reading them back and copying the decoded bytes once more. */
+typedef int (*base64_decode_fn)(const char *src, size_t srclen, char *out, size_t *outlen,
+                                int flags);
+static base64_decode_fn base64_decoder = NULL;
+
+static PyObject *set_base64_decoder(PyObject *self, PyObject *args)
+{
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K:set_base64_decoder", &address))
+        return NULL;
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "the decoder's address is NULL");
+        return NULL;
+    }
+    base64_decoder = (base64_decode_fn)(uintptr_t)address;
+    Py_RETURN_NONE;
+}
+
+#define RAW_PER_FULL_LINE 57
+#define DECODE_BLOCK_LINES 256   /* 19 KiB of characters: decoded while in the L1 cache */
+
+static PyObject *decode_lines(PyObject *self, PyObject *args)
+{
+    PyObject *lines_obj, *dest_obj;
+    int check;
+    Py_buffer lines, dest;
+    if (!PyArg_ParseTuple(args, "OOp:decode_lines", &lines_obj, &dest_obj, &check))
+        return NULL;
+    if (base64_decoder == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no base64 decoder: call set_base64_decoder first");
+        return NULL;
+    }
+    if (get_view(lines_obj, &lines, 0, "lines") < 0)
+        return NULL;
+    if (get_view(dest_obj, &dest, 1, "dest") < 0) {
+        PyBuffer_Release(&lines);
+        return NULL;
+    }
+    if (lines.shape[2] != FULL_WIDTH + 3 || dest.shape[2] != RAW_PER_FULL_LINE
+        || lines.shape[0] != dest.shape[0] || lines.shape[1] != dest.shape[1]
+        || (dest.shape[1] > 1 && dest.strides[1] != RAW_PER_FULL_LINE)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "lines must be (count, n, 79) and dest (count, n, 57) with each "
+                        "chunk's n * 57 bytes contiguous");
+        PyBuffer_Release(&lines);
+        PyBuffer_Release(&dest);
+        return NULL;
+    }
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char chars[DECODE_BLOCK_LINES * FULL_WIDTH];
+    for (Py_ssize_t i = 0; ok && i < lines.shape[0]; i++) {
+        for (Py_ssize_t j0 = 0; ok && j0 < lines.shape[1]; j0 += DECODE_BLOCK_LINES) {
+            Py_ssize_t m = lines.shape[1] - j0 < DECODE_BLOCK_LINES ? lines.shape[1] - j0
+                                                                     : DECODE_BLOCK_LINES;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                const unsigned char *src = (const unsigned char *)lines.buf
+                                           + i * lines.strides[0] + (j0 + j) * lines.strides[1];
+                memcpy(chars + j * FULL_WIDTH, src, FULL_WIDTH);
+                if (check && !line_ends_well(src, FULL_WIDTH)) {
+                    ok = 0;
+                    break;
+                }
+            }
+            if (!ok)
+                break;
+            char *out = (char *)dest.buf + i * dest.strides[0] + j0 * RAW_PER_FULL_LINE;
+            size_t got = 0;
+            if (base64_decoder((const char *)chars, (size_t)m * FULL_WIDTH, out, &got, 0) != 1
+                || got != (size_t)m * RAW_PER_FULL_LINE)
+                ok = 0;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&lines);
+    PyBuffer_Release(&dest);
     return PyBool_FromLong(ok);
 }
 
@@ -279,6 +367,14 @@ static PyMethodDef methods[] = {
      "gather_lines(lines, chars, check) -> bool: copy the characters of (count, n, width + 3)\n"
      "lines into (count, n, width) chars; with check, False as soon as a line does not end in\n"
      "a space, its parity hex digit and LF."},
+    {"set_base64_decoder", set_base64_decoder, METH_VARARGS,
+     "set_base64_decoder(address): the address of libbase64's base64_decode (as exported by\n"
+     "pybase64's extension), used by decode_lines."},
+    {"decode_lines", decode_lines, METH_VARARGS,
+     "decode_lines(lines, dest, check) -> bool: decode the characters of (count, n, 79) full\n"
+     "lines into (count, n, 57) dest (each chunk's rows contiguous), a few hundred lines at a\n"
+     "time; False as soon as a line does not end in a space, its parity digit and LF (with\n"
+     "check) or its characters are not base64 without padding."},
     {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
      "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
      "for the n items of two contiguous buffers of the same length (a whole number of items)."},
@@ -292,9 +388,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "Byte kernels: WTXT base64 lines (see wtxt/_lines.py), residual unshuffling (see\n"
-    "generation/residual.py) and stored deflate blocks (see looseobject.py), each in one\n"
-    "pass with the GIL released.", -1, methods,
+    "Byte kernels: WTXT base64 lines, built, checked and decoded (see wtxt/_lines.py),\n"
+    "residual unshuffling (see generation/residual.py) and stored deflate blocks (see\n"
+    "looseobject.py), each in one pass with the GIL released.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

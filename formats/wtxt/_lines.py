@@ -5,7 +5,9 @@ batch whatever the number of chunks: the full 76-character lines of every chunk 
 each) are gathered and encoded or decoded with one pybase64 call, each chunk's last line with
 one more, and its final partial quantum (the '=' padding) through a lookup table. Each line's
 characters, space, parity digit and LF are put in place (or checked and taken out) in one pass
-by the C kernel (``formats/_kernels.c``). It, numpy and pybase64 do the per-byte work and
+by the C kernel (``formats/_kernels.c``). Where pybase64's extension exports libbase64's
+decoder, the kernel decodes the full lines too, a few hundred at a time while their characters
+are in the cache, straight into the array. It, numpy and pybase64 do the per-byte work and
 release the GIL, so two threads run on two cores.
 
 Decoding comes in two strengths: ``decode_bodies`` returns None whenever the text is not
@@ -16,11 +18,14 @@ review, which does not verify) only refuses what cannot be decoded.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pybase64
+from numpy.lib.stride_tricks import as_strided
 
 from ._grammar import RAW_PER_LINE, WIDTH
-from .._kernels import gather_lines, put_lines
+from .._kernels import decode_lines, gather_lines, put_lines, set_base64_decoder
 
 LINE = WIDTH + 3  # 76 chars, space, parity digit, LF
 ALPHABET = np.frombuffer(
@@ -31,6 +36,21 @@ HEX_VALUE[HEX_DIGITS] = np.arange(16, dtype=np.uint8)
 B64_VALUE = np.full(256, 0xFF, np.uint8)
 B64_VALUE[ALPHABET] = np.arange(64, dtype=np.uint8)
 _PAD = ord("=")
+
+
+def _bind_libbase64() -> bool:
+    """Hand the C kernel libbase64's ``base64_decode`` from pybase64's extension; False where
+    the extension is missing or does not export it (then pybase64 decodes gathered lines)."""
+    try:
+        from pybase64 import _pybase64
+        symbol = ctypes.CDLL(_pybase64.__file__).base64_decode
+    except (ImportError, OSError, AttributeError):
+        return False
+    set_base64_decoder(ctypes.cast(symbol, ctypes.c_void_p).value)
+    return True
+
+
+KERNEL_DECODES = _bind_libbase64()
 
 
 def b64_len(length: int) -> int:
@@ -132,8 +152,14 @@ def _decode(text: np.ndarray, length: int, out, check: bool) -> np.ndarray:
     s = _Shape(length)
     rows = dest.reshape(count, length)
     if s.full:
-        chars = _gather(text[:, :s.full * LINE].reshape(count, s.full, LINE), check)
-        _decode_whole(chars, rows[:, :s.full * RAW_PER_LINE])
+        lines = text[:, :s.full * LINE].reshape(count, s.full, LINE)
+        if KERNEL_DECODES:
+            into = as_strided(rows, (count, s.full, RAW_PER_LINE),
+                              (rows.strides[0], RAW_PER_LINE, 1))
+            if not decode_lines(lines, into, check):
+                raise ValueError("separators, parity or base64")
+        else:
+            _decode_whole(_gather(lines, check), rows[:, :s.full * RAW_PER_LINE])
     if s.tail_chars:
         tail = text[:, s.full * LINE:s.full * LINE + s.tail_chars + 3][:, None, :]
         chars = _gather(tail, check)[:, 0, :]

@@ -1,15 +1,20 @@
-"""The C line kernel of WTXT (``formats/_kernels.c``) against the per-line definition: each
+"""The C line kernels of WTXT (``formats/_kernels.c``) against the per-line definition: each
 line is its characters, a space, the hex digit of their XOR's low four bits, and LF. Checked
 for every line width and count the codec meets, for strided views, and for buffers that do
-not fit."""
+not fit; the kernel's decoding against pybase64 line by line and against the gathering path."""
 
 from __future__ import annotations
 
 import numpy as np
+import pybase64
 import pytest
+from numpy.lib.stride_tricks import as_strided
 
-from snapops.formats._kernels import gather_lines, put_lines
-from snapops.formats.wtxt._lines import ALPHABET, line_parity
+from snapops.formats._kernels import decode_lines, gather_lines, put_lines, set_base64_decoder
+from snapops.formats.wtxt import _lines
+from snapops.formats.wtxt._lines import (
+    ALPHABET, body_len, decode_bodies, decode_bodies_unchecked, encode_bodies, line_parity,
+)
 
 
 def reference_lines(chars: np.ndarray) -> np.ndarray:
@@ -115,3 +120,84 @@ def test_read_only_outputs_are_refused():
         gather_lines(lines, b"x" * chars.size, True)
     with pytest.raises(TypeError, match="bytes-like object is required"):
         put_lines(lines.copy(), "not a buffer")
+
+
+# decode_lines: the full lines decoded by libbase64 (from pybase64's extension) in the kernel.
+
+def reference_decode(lines: np.ndarray) -> np.ndarray:
+    """(count, n, 79) lines -> (count, n, 57) bytes, each line's characters by pybase64."""
+    count, n, _ = lines.shape
+    raw = [pybase64.b64decode(lines[i, j, :76].tobytes(), validate=True)
+           for i in range(count) for j in range(n)]
+    return np.frombuffer(b"".join(raw), np.uint8).reshape(count, n, 57)
+
+
+def test_this_install_decodes_in_the_kernel():
+    assert _lines.KERNEL_DECODES is True     # pybase64's extension exports base64_decode
+
+
+@pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 600])
+def test_decode_lines_equals_pybase64_line_by_line_across_block_boundaries(n):
+    lines = reference_lines(random_chars(n, (3, n, 76)))
+    text = np.full((3, n * 79 + 5), 0x55, np.uint8)     # chunk rows with other text after
+    text[:, :n * 79] = lines.reshape(3, -1)
+    dest = np.full((3, n * 57 + 7), 0xAA, np.uint8)     # a chunk's raw bytes, tail after
+    into = as_strided(dest, (3, n, 57), (dest.strides[0], 57, 1))
+    assert decode_lines(text[:, :n * 79].reshape(3, n, 79), into, True) is True
+    assert np.array_equal(into, reference_decode(lines))
+    assert (dest[:, n * 57:] == 0xAA).all()
+
+
+@pytest.mark.parametrize("where, byte, checked, unchecked", [
+    ("char", ord("*"), False, False),       # not base64: refused either way
+    ("char", ord("="), False, False),       # padding inside a full line
+    ("char", ord("\n"), False, False),
+    ("space", ord("x"), False, True),       # separators only with check
+    ("digit", ord("g"), False, True),
+    ("lf", ord("\r"), False, True),
+])
+def test_decode_lines_refuses_what_the_gathered_path_refuses(where, byte, checked, unchecked):
+    lines = reference_lines(random_chars(4, (2, 300, 76)))
+    k = {"char": 33, "space": 76, "digit": 77, "lf": 78}[where]
+    lines[1, 280, k] = byte
+    dest = np.zeros((2, 300, 57), np.uint8)
+    assert decode_lines(lines, dest, True) is checked
+    assert decode_lines(lines, np.zeros_like(dest), False) is unchecked
+
+
+def test_decode_lines_refuses_buffers_that_do_not_fit_and_a_null_decoder():
+    lines = np.zeros((2, 3, 79), np.uint8)
+    for dest, message in [(np.zeros((2, 3, 56), np.uint8), "\\(count, n, 57\\)"),
+                          (np.zeros((2, 4, 57), np.uint8), "\\(count, n, 57\\)"),
+                          (np.zeros((2, 3, 114), np.uint8)[:, :, ::2], "contiguous"),
+                          (np.zeros((2, 6, 57), np.uint8)[:, ::2], "contiguous")]:
+        with pytest.raises(ValueError, match=message):
+            decode_lines(lines, dest, True)
+    with pytest.raises(ValueError, match="\\(count, n, 79\\)"):
+        decode_lines(np.zeros((2, 3, 78), np.uint8), np.zeros((2, 3, 57), np.uint8), True)
+    frozen = np.zeros((2, 3, 57), np.uint8)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        decode_lines(lines, frozen, True)
+    with pytest.raises(ValueError, match="NULL"):
+        set_base64_decoder(0)
+
+
+@pytest.mark.parametrize("length", [57, 570, 32768, 57 * 300 + 2])
+def test_both_decoders_of_a_chunk_agree_on_good_and_bad_text(monkeypatch, length):
+    raw = np.random.default_rng(length).integers(0, 256, 3 * length, dtype=np.uint8)
+    text = np.zeros((3, body_len(length)), np.uint8)
+    encode_bodies(raw, length, 3, text)
+    bad = text.copy()
+    bad[2, 40] = ord("=")
+    results = {}
+    for kernel in (True, False):
+        monkeypatch.setattr(_lines, "KERNEL_DECODES", kernel)
+        out = np.zeros(3 * length, np.uint8)
+        results[kernel] = (decode_bodies(text, length, out), out.copy(),
+                           decode_bodies(bad, length), decode_bodies_unchecked(text, length))
+        with pytest.raises(ValueError, match="base64|quantum"):
+            decode_bodies_unchecked(bad, length)
+    for decoded, out, refused, unchecked in results.values():
+        assert np.array_equal(decoded, raw) and np.array_equal(out, raw)
+        assert refused is None and np.array_equal(unchecked, raw)
