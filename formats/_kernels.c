@@ -161,7 +161,9 @@ static PyObject *gather_lines(PyObject *self, PyObject *args)
 /* libbase64's one-shot decoder, as pybase64's extension exports it (its address is handed
  * over once by set_base64_decoder; see wtxt/_lines.py). Decoding the gathered characters of a
  * few hundred lines while they are still in the cache, straight into the array, saves writing
- * them out, reading them back and copying the decoded bytes once more. */
+ * them out, reading them back and copying the decoded bytes once more. Called with flags 0,
+ * libbase64 uses the codec it chose for this CPU, kept in a global that pybase64's own calls
+ * may set again meanwhile: one aligned pointer per direction, and every codec decodes alike. */
 typedef int (*base64_decode_fn)(const char *src, size_t srclen, char *out, size_t *outlen,
                                 int flags);
 static base64_decode_fn base64_decoder = NULL;
