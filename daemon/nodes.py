@@ -38,7 +38,8 @@ from snapops.formats.generation.plan import Shard
 from snapops.formats.generation.write import (
     GenerationSpec, PartWritten, changed_share, write_part,
 )
-from snapops.formats.gitcmd import fetch_floor, ref_lines, run_git, run_listing, tree_records
+from snapops.formats.gitcmd import ref_lines, run_git, run_listing, tree_records
+from snapops.formats.gitwatch import fetch_floor
 from snapops.formats.lfs.pointer import render_pointer
 
 from .lifecycle import COMMITTED, DROPPED, PUSHED, REQ, SPOOLED, Generation

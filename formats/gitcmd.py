@@ -5,13 +5,10 @@ password prompt), in a process group of its own, so that whatever git starts (``
 ``index-pack``, ``ssh``, a remote helper, a local ``receive-pack``) is ended with it (leaves
 first, so each parent fails and cleans up as on any error; SIGKILL after a grace time):
 
-* on a wall-clock ``timeout``, on a ``stall`` (for that many seconds no byte on stdout or
-  stderr, and no byte read, written or drained from a socket by any process of the group:
-  ``git push --progress`` prints a line every second while it writes, and the kernel draining
-  a send buffer to a slow link counts too), on a ``cancel``, on any error in the caller, and
-  when a streamed blob is closed early;
-* when the disk it writes to runs low (``keep_free``: a fetch from a remote that sends far
-  more than asked would otherwise fill it, and whatever else writes there with it);
+* on a wall-clock ``timeout``, on a ``stall`` (no output and no bytes moved by the group: see
+  :mod:`snapops.formats.gitwatch`), on a ``cancel``, on any error in the caller, and when a
+  streamed blob is closed early;
+* when the disk it writes to runs low (``keep_free``, :mod:`snapops.formats.gitwatch`);
 * when the owning process dies, even by SIGKILL, once :data:`children` was started: a small
   guard process holds the live groups (and their output pipes) and ends them when its channel
   from the owner closes (the daemon starts it; short-lived hooks and CLI calls do not need it).
@@ -47,7 +44,8 @@ from typing import IO, BinaryIO, Callable, Iterator, Mapping, NamedTuple, Sequen
 
 from . import procgroup
 from .errors import GitError, LimitError
-from .procgroup import end_group, group_members, signal_group
+from .gitwatch import DISK_POLL, DiskFloor, DiskLow, Silence
+from .procgroup import end_group, signal_group
 
 __all__ = ["GIT_ENV", "LOCATING", "MAX_LISTED_PATHS", "GitExit", "GitResult", "children",
            "forget_hook_environment", "git_environment", "invocations", "open_git", "run_as_hook",
@@ -68,8 +66,6 @@ SUMMARY_LINES = 4
 SUMMARY_CHARS = 600
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
-DISK_POLL = 0.5                 # seconds between looks at the free space of a keep_free disk
-FETCH_KEEPS_FREE = 1 << 30      # bytes a fetch leaves free on its disk (fetch_floor)
 _READ = 1 << 16
 # Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
 # so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
@@ -290,122 +286,6 @@ def _finish(proc: subprocess.Popen, *, kill: bool) -> int:
     return proc.wait()
 
 
-def _io_and_sockets(pid: int) -> tuple[int, set[str]]:
-    moved, inodes = 0, set()
-    try:
-        with open(f"/proc/{pid}/io") as f:
-            moved = sum(int(line.split()[1]) for line in f if line.startswith(("rchar", "wchar")))
-        with os.scandir(f"/proc/{pid}/fd") as fds:
-            for fd in fds:
-                try:
-                    target = os.readlink(fd.path)
-                except OSError:     # closed since it was listed
-                    continue
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-    except (OSError, ValueError):
-        pass
-    return moved, inodes
-
-
-def _queued(inodes: set[str]) -> int:
-    """Bytes waiting in the send and receive queues of these TCP sockets."""
-    total = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = [line.split() for line in f.readlines()[1:]]
-        except OSError:
-            continue
-        for row in rows:
-            if len(row) > 9 and row[9] in inodes:
-                tx, _, rx = row[4].partition(":")
-                total += int(tx, 16) + int(rx, 16)
-    return total
-
-
-def group_activity(pgid: int) -> tuple[int, int]:
-    """What the processes of group ``pgid`` have moved: bytes read and written, and bytes
-    still queued in their TCP sockets. Any change means the work goes on, printed or not
-    (a kernel draining a send buffer to a slow link, a remote hook writing objects)."""
-    moved, inodes = 0, set()
-    for pid in group_members(pgid, live=False):
-        done, found = _io_and_sockets(pid)
-        moved, inodes = moved + done, inodes | found
-    return moved, _queued(inodes) if inodes else 0
-
-
-class _Silence:
-    """The stall clock: restarted by output, and, while git is silent, by any change in
-    :func:`group_activity` (looked at every ``every`` seconds)."""
-
-    def __init__(self, pgid: int, stall: float) -> None:
-        self.pgid, self.stall = pgid, stall
-        self.every = min(1.0, stall / 4)
-        self.last = self.probed = time.monotonic()
-        self.seen: tuple[int, int] | None = None
-
-    def heard(self) -> None:
-        self.last = time.monotonic()
-
-    def left(self, now: float) -> float:
-        """Seconds until the group counts as stalled."""
-        if now - self.probed >= self.every:
-            self.probed = now
-            activity = group_activity(self.pgid)
-            if self.seen is not None and activity != self.seen:
-                self.last = now
-            self.seen = activity
-        return self.last + self.stall - now
-
-
-def _free_bytes(folder: str | os.PathLike) -> int:
-    info = os.statvfs(folder)
-    return info.f_bavail * info.f_frsize
-
-
-def fetch_floor(folder: str | os.PathLike) -> tuple[str, int]:
-    """``keep_free`` for a fetch into the repository at ``folder``: it must leave
-    :data:`FETCH_KEEPS_FREE` free on that disk, or half of what is free now when that is less
-    (a nearly full disk still takes a small fetch)."""
-    folder = os.fspath(folder)
-    try:
-        free = _free_bytes(folder)
-    except OSError:
-        free = 2 * FETCH_KEEPS_FREE
-    return folder, min(FETCH_KEEPS_FREE, free // 2)
-
-
-class DiskLow(GitError):
-    """git was stopped because the disk it wrote to ran low (``keep_free``): not a fault of
-    what was asked for, so a caller that takes a failed fetch for "not there" must not."""
-
-
-class _DiskFloor:
-    """The bytes a call must leave free on the disk holding ``folder``."""
-
-    def __init__(self, folder: str | os.PathLike, least: int) -> None:
-        self.folder, self.least = os.fspath(folder), least
-        self.probed = 0.0
-        self.tripped = False
-
-    def low(self, now: float) -> str | None:
-        """Why the call must end (the disk is low), looked at every DISK_POLL seconds."""
-        if now - self.probed < DISK_POLL:
-            return None
-        self.probed = now
-        try:
-            free = _free_bytes(self.folder)
-        except OSError:
-            return None
-        if free >= self.least:
-            return None
-        self.tripped = True
-        least = f"{self.least >> 20} MiB" if self.least >= 1 << 20 else f"{self.least} bytes"
-        return (f"stopped: less than {least} left free on the disk holding {self.folder} "
-                "(a remote sending far more than asked, or a disk too small for it)")
-
-
 class _Pump:
     """Moves bytes between git's pipes and memory; notices silence (a stall) and deadlines."""
 
@@ -425,10 +305,10 @@ class _Pump:
 
     def run(self, timeout: float | None, stall: float | None,
             cancel: threading.Event | None = None,
-            floor: _DiskFloor | None = None) -> str | None:
+            floor: DiskFloor | None = None) -> str | None:
         """Until every pipe is closed (None) or a limit is reached (the reason, as text)."""
         start = time.monotonic()
-        silence = None if stall is None else _Silence(self.proc.pid, stall)
+        silence = None if stall is None else Silence(self.proc.pid, stall)
         with self.sel:
             if self.proc.stdin is not None and not self.data:
                 self._close(self.proc.stdin)
@@ -499,8 +379,9 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
             input: bytes | None = None, env: Mapping[str, str] | None = None,
             check: bool = True, timeout: float | None = None, stall: float | None = None,
             on_line: Callable[[str], None] | None = None, stdout: IO[bytes] | None = None,
-            cancel: threading.Event | None = None, error: type[GitError] = GitError, what: str | None = None,
-            where: str | None = None, redact: Mapping[str, str] | None = None,
+            cancel: threading.Event | None = None, error: type[GitError] = GitError,
+            what: str | None = None, where: str | None = None,
+            redact: Mapping[str, str] | None = None,
             keep_free: tuple[str | os.PathLike, int] | None = None) -> GitResult:
     """Run ``git args`` in ``cwd`` and return what it printed.
 
@@ -520,7 +401,7 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
     proc = _spawn(args, cwd, env, subprocess.PIPE if input is not None else subprocess.DEVNULL,
                   stdout if stdout is not None else subprocess.PIPE)
     pump, reason, done = _Pump(proc, input, on_line), None, False
-    floor = _DiskFloor(*keep_free) if keep_free is not None else None
+    floor = DiskFloor(*keep_free) if keep_free is not None else None
     try:
         reason = pump.run(timeout, stall, cancel, floor)
         done = reason is None

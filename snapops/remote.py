@@ -39,7 +39,8 @@ from snapops.formats.errors import ConfigError, GitError
 from snapops.formats.generation import gen_text, valid_run
 from snapops.formats.generation.manifest import parse_gen_text
 from snapops.formats.generation.source import GitTreeSource
-from snapops.formats.gitcmd import DiskLow, fetch_floor, ref_lines, run_git
+from snapops.formats.gitcmd import ref_lines, run_git
+from snapops.formats.gitwatch import DiskLow, fetch_floor
 from snapops.formats.iosafe import PATH_MAX, shown, user_path
 from snapops.formats.lfs.access import read_record
 from snapops.formats.lfs.retention import RetentionRecord

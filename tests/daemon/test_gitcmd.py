@@ -240,7 +240,7 @@ def test_a_fetch_that_would_leave_its_disk_low_is_stopped_and_leaves_no_partial_
     """A remote sending more than the disk can spare: the fetch is ended (with whatever git
     started), says why in one line, and git's temporary pack goes with it. (Another test
     freeing space meanwhile could let one attempt fit: three attempts.)"""
-    from snapops.formats.gitcmd import DiskLow, _free_bytes
+    from snapops.formats.gitwatch import DiskLow, _free_bytes
     from snapops.remote import LOCAL_UPLOAD_PACK
 
     src = _source_with_a_big_blob(tmp_path, 64 << 20)
@@ -265,7 +265,7 @@ def test_a_fetch_that_would_leave_its_disk_low_is_stopped_and_leaves_no_partial_
 
 
 def test_a_fetch_keeps_a_gibibyte_free_or_half_of_a_nearly_full_disk(tmp_path):
-    from snapops.formats.gitcmd import FETCH_KEEPS_FREE, _free_bytes, fetch_floor
+    from snapops.formats.gitwatch import FETCH_KEEPS_FREE, _free_bytes, fetch_floor
 
     folder, least = fetch_floor(tmp_path)
     assert folder == str(tmp_path)
