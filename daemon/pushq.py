@@ -53,8 +53,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from snapops.config.schema import PushConfig, RemoteConfig
 from snapops.formats.errors import ConfigError, GitError
 
-from .gitops import SnapshotRepo, redact_url
+from .gitops import SnapshotRepo
 from .pushprogress import PushProgress, drain_estimate
+from .redact import redact_url
 
 __all__ = ["PushQueue", "backoff_delay", "gen_tag"]
 

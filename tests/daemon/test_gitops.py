@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from snapops.daemon.gitops import SnapshotRepo, redact_url
+from snapops.daemon.gitops import SnapshotRepo
+from snapops.daemon.redact import redact_url
 from snapops.formats.errors import GitError, PushError
 from tests.daemon.gitserve import bare_remote, git, git_bytes, git_daemon, silent_server  # noqa: F401
 
