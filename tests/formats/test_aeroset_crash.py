@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import snapops
-from snapops.formats.aero import aeroset
+from snapops.formats.aero import _aeroset_save
 
 OPTS = {"shard_max": 4096, "part_shards": 1}
 STEPS = ("write_file", "_rename", "fsync_dir", "atomic_write_bytes", "_remove")
@@ -59,7 +59,7 @@ def interrupt_at(monkeypatch, k: int, when: str) -> list[str]:
     the log of steps run."""
     log: list[str] = []
     for name in STEPS:
-        real = getattr(aeroset, name)
+        real = getattr(_aeroset_save, name)
 
         def step(*args, _real=real, _name=name, **kwargs):
             log.append(_name)
@@ -70,7 +70,7 @@ def interrupt_at(monkeypatch, k: int, when: str) -> list[str]:
                 raise Interrupted(f"step {k} ({_name}) after")
             return result
 
-        monkeypatch.setattr(aeroset, name, step)
+        monkeypatch.setattr(_aeroset_save, name, step)
     return log
 
 
@@ -118,7 +118,7 @@ def test_a_killed_save_leaves_files_the_next_save_removes(tmp_path, monkeypatch)
     path = tmp_path / "m.aeroset.json"
     snapops.save(OLD, path, **OPTS)
     with monkeypatch.context() as mp:
-        mp.setattr(aeroset._Save, "remove_unlisted", lambda self: None)
+        mp.setattr(_aeroset_save._Save, "remove_unlisted", lambda self: None)
         interrupt_at(mp, 8, "before")    # parts 0-2 in place, part 3 staged, then killed
         with pytest.raises(Interrupted, match="step 8 "):
             snapops.save(NEW, path, **OPTS)
@@ -168,8 +168,8 @@ def test_changed_parts_get_tagged_names_and_unchanged_ones_keep_theirs(tmp_path)
 KILLED_FIRST_SAVE = """
 import os, signal, sys
 import numpy as np, snapops
-from snapops.formats.aero import aeroset
-aeroset._Save.publish = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+from snapops.formats.aero import _aeroset_save
+_aeroset_save._Save.publish = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
 snapops.save({f"layer.{i}": np.full(1024, i, np.float32) for i in range(5)}, sys.argv[1],
              shard_max=4096, part_shards=1)
 """
