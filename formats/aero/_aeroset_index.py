@@ -17,7 +17,8 @@ INDEX_NAME = "index.aero"
 MAX_SET_JSON = 64 << 20
 
 
-def _paths(path: str | os.PathLike) -> tuple[Path, Path]:
+def set_paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    """(the set's folder, its JSON) for a folder or a ``*.aeroset.json`` path."""
     p = Path(path)
     if p.name.endswith(".aeroset.json"):
         return p.parent, p

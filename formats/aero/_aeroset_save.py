@@ -29,7 +29,7 @@ from ..contract import between
 from ..errors import DataError, FormatError
 from ..iosafe import open_input
 from ..model import Snapshot
-from ._aeroset_index import INDEX_NAME, MAX_SET_JSON, SET_NAME, _paths, parse_set
+from ._aeroset_index import INDEX_NAME, MAX_SET_JSON, SET_NAME, parse_set, set_paths
 from ._layout import ShardPlan, plan_tensors
 from ._write import Options, prepare, write_file
 
@@ -294,7 +294,7 @@ def save_set(snapshot: Snapshot, path: str | os.PathLike, options: AerosetOption
     part_shards = options.part_shards
     if type(part_shards) is not int or part_shards < 1:
         raise DataError(f"part_shards must be a positive integer, got {part_shards!r}")
-    folder, json_path = _paths(path)
+    folder, json_path = set_paths(path)
     folder.mkdir(parents=True, exist_ok=True)
     prepared = prepare(snapshot)
     slots, shards = plan_tensors(prepared.specs, options.shard_max)

@@ -32,7 +32,7 @@ from ..iosafe import open_input
 from ..model import ArrayMapping, Snapshot
 from ..report import Report
 from . import _spec as S
-from ._aeroset_index import MAX_SET_JSON, _paths, parse_set
+from ._aeroset_index import MAX_SET_JSON, parse_set, set_paths
 from ._aeroset_save import AerosetOptions, save_set
 from ._read import AeroFile, Tensor, packed_snapshot
 from .verify import verify_file
@@ -46,7 +46,7 @@ class AeroSet(ArrayMapping):
     """An open AEROSET: the global TIDX from ``index.aero``; parts are opened on first use."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.folder, self.json_path = _paths(path)
+        self.folder, self.json_path = set_paths(path)
         where = str(self.json_path)
         try:
             with open_input(self.json_path) as f:   # read what is there, up to the bound
@@ -157,7 +157,7 @@ def verify_set(path: str | os.PathLike, level: str = "full", *,
                workers: int | None = None) -> Report:
     """Index JSON, sizes (and at ``full`` the sha256) of every file, each file's own verify,
     and agreement between the global TIDX and the parts."""
-    folder, json_path = _paths(path)
+    folder, json_path = set_paths(path)
     report = Report(path=str(json_path), format="aeroset")
     report.details["level"] = level
     try:
