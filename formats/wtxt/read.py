@@ -94,16 +94,10 @@ def _array_sink(arrays: dict, size_left):
         if size_left is not None and body_len(arr.nbytes) > size_left():
             raise TruncatedError(line=info.line_no, array=arr.name,
                                  expected=f"text for {arr.nbytes} bytes", got="a shorter file")
-        out = new_buffer(arr.nbytes)
+        out = decode_buffer(arr.nbytes)
         arrays[arr.name] = (out, arr)
         return memoryview(out)
     return sink
-
-
-def new_buffer(nbytes: int) -> np.ndarray:
-    """A writable byte array for decoded data (see
-    :func:`~snapops.formats._alloc.decode_buffer`)."""
-    return decode_buffer(nbytes)
 
 
 def load(path: str | os.PathLike, *, hmac_key=None, trusted_keys=None, wsum=None,
@@ -192,7 +186,7 @@ class LazyWtxt(ArrayMapping):
     def array(self, name: str) -> np.ndarray:
         info = self._info(name)
         arr = info.line
-        out = self.index.decode(name, out=new_buffer(arr.nbytes))
+        out = self.index.decode(name, out=decode_buffer(arr.nbytes))
         try:
             digest = hashlib.sha256(out).hexdigest()
             if digest != arr.sha256:
