@@ -165,7 +165,7 @@ def test_memory_peak_is_seen_by_the_sampler_process_even_when_freed_before_the_e
 
     with measure() as m:
         held = np.ones(48 << 20, np.uint8)    # written: resident, anonymous
-        time.sleep(0.05)                     # ten sampling periods
+        time.sleep(0.2)                      # forty sampling periods
         del held
     assert m.result.peak_anon_extra >= 48 << 20 and m.result.peak_extra >= 48 << 20
     sampler = m._sampler
@@ -173,6 +173,17 @@ def test_memory_peak_is_seen_by_the_sampler_process_even_when_freed_before_the_e
     with measure(memory=False) as quiet:
         pass
     assert quiet.result.peak_anon_extra == 0 and quiet._sampler is None
+
+
+def test_peak_rss_is_the_kernels_high_water_mark_so_a_peak_between_samples_counts():
+    import numpy as np
+
+    with measure() as m:
+        np.ones(48 << 20, np.uint8)          # resident and freed within a millisecond
+    assert m.result.peak_extra >= 44 << 20   # the kernel's RSS counters are batched per CPU
+    with measure() as after:                 # the mark was reset: the old peak is not counted
+        pass
+    assert after.result.peak_extra < 16 << 20
 
 
 def test_one_state_generator_sizes_and_shapes():
