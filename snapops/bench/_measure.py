@@ -105,8 +105,9 @@ print(peak, anon, flush=True)
 class measure:
     """Context manager: wall and CPU time; with ``memory=True`` (default) also peak RSS (the
     kernel's own high-water mark, exact) and peak anonymous memory, sampled every 5 ms by a
-    child process at nice 5 reading ``/proc/PID/statm``. A sampling thread of this process took the GIL every 2 ms and slowed
-    a two-thread WTXT load by 7-10%; this sampler's cost is below the noise. Use
+    child process at nice 5 reading ``/proc/PID/statm``. A sampling thread of this process
+    took the GIL every 2 ms and slowed a two-thread WTXT load by 7-10%; this sampler's cost
+    is below the noise. Use
     ``memory=False`` for millisecond-scale operations (starting the sampler takes tens of
     milliseconds, before the clocks start)."""
 
