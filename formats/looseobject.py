@@ -48,12 +48,14 @@ _WINDOW = 1 << 20                # bytes read at a time (a stored block is at mo
 _MIN_AVERAGE_BLOCK = 1024
 
 
-def copy_stored_blob(objects: Path, oid: str, out: BinaryIO, *, size: int) -> str | None:
+def copy_stored_blob(objects: Path, oid: str, out: BinaryIO, *, size: int,
+                     sha256: bool = True) -> str | None:
     """Write the content of blob ``oid`` (``size`` bytes, as the tree lists it) from the loose
     object under ``objects`` into ``out`` (an empty binary file opened for writing) and return
     the content's SHA-256 (hex), computed on the way (the copy is not read again to check it
-    against a MANIFEST). None, with ``out`` left empty, when the object is not a loose blob
-    stored without compression that reads back whole (see the module text): then ask git."""
+    against a MANIFEST); ``sha256=False``: not computed, "" returned. None, with ``out`` left
+    empty, when the object is not a loose blob stored without compression that reads back
+    whole (see the module text): then ask git."""
     if not _OID.fullmatch(oid):
         return None
     try:
@@ -66,7 +68,7 @@ def copy_stored_blob(objects: Path, oid: str, out: BinaryIO, *, size: int) -> st
             return None
         out.flush()
         try:
-            digest = _copy(fd, info.st_size, out.fileno(), size)
+            digest = _copy(fd, info.st_size, out.fileno(), size, sha256)
         except _Unreadable:    # git reads it again, and says what is wrong in its own words
             digest = None
         if digest is None:
@@ -103,7 +105,7 @@ def _zlib_header(fd: int) -> bool:
     return cmf & 0x0F == 8 and cmf >> 4 <= 7 and not flg & 0x20 and ((cmf << 8) | flg) % 31 == 0
 
 
-def _copy(fd: int, file_size: int, out: int, size: int) -> str | None:
+def _copy(fd: int, file_size: int, out: int, size: int, sha256: bool) -> str | None:
     """Read the stored blocks of the object ``fd`` a window at a time (``pread`` into one
     buffer: no page faults on a map, which two threads copying at once would contend for),
     check them, and write their content after the ``blob <size>`` header to ``out``. None when
@@ -118,7 +120,7 @@ def _copy(fd: int, file_size: int, out: int, size: int) -> str | None:
     limit = stream_end // _MIN_AVERAGE_BLOCK + 8
     buf = bytearray(_WINDOW)
     view = memoryview(buf)
-    checksum, digest = 1, hashlib.sha256()
+    checksum, digest = 1, hashlib.sha256() if sha256 else None
     pos, seen, blocks, final = 2, 0, 0, False
     while not final:
         got = len(_read_at(fd, view[:min(_WINDOW, stream_end - pos)], pos)) \
@@ -138,14 +140,15 @@ def _copy(fd: int, file_size: int, out: int, size: int) -> str | None:
             if content[:len(header)] != header:
                 return None
             content = content[len(header):]
-        digest.update(content)
+        if digest is not None:
+            digest.update(content)
         _write_all(out, [content])
         pos += at
     trailer = _read_at(fd, bytearray(4), pos)   # 4 bytes unless the file shrank meanwhile
     if seen != expected or pos != stream_end or len(trailer) != 4 \
             or checksum != struct.unpack(">I", trailer)[0]:
         return None
-    return digest.hexdigest()
+    return digest.hexdigest() if digest is not None else ""
 
 
 def _write_all(fd: int, views: list[memoryview]) -> None:

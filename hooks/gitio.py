@@ -129,14 +129,16 @@ class Git:
         """Where this repository (or a hook's quarantine area) writes new objects."""
         return Path(self.cwd, self._fact("--git-path", "objects"))
 
-    def blob_to(self, oid: str, out: BinaryIO, *, size: int | None = None) -> str | None:
+    def blob_to(self, oid: str, out: BinaryIO, *, size: int | None = None,
+                sha256: bool = True) -> str | None:
         """Write a blob into the open, empty file ``out``. A loose blob stored without
         compression (what snapops repositories and remotes keep) of the ``size`` the tree
         lists is copied out of the object store directly, and its SHA-256 computed on the way
-        is returned (:mod:`snapops.formats.looseobject`); any other git writes there itself
-        (no pipe, no copy through Python: about twice as fast for shard-sized blobs): None."""
+        is returned ("" with ``sha256=False``: not computed) (:mod:`snapops.formats.looseobject`);
+        any other git writes there itself (no pipe, no copy through Python: about twice as
+        fast for shard-sized blobs): None."""
         if size is not None:
-            digest = copy_stored_blob(self.objects_dir(), oid, out, size=size)
+            digest = copy_stored_blob(self.objects_dir(), oid, out, size=size, sha256=sha256)
             if digest is not None:
                 return digest
         run_git(["cat-file", "blob", oid], cwd=self.cwd, stdout=out,

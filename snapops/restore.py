@@ -7,14 +7,14 @@ walks back from the newest generation tag to the first that verifies, saying why
 one was skipped. Verification options are those of
 :class:`~snapops.formats.generation.verify.GenerationOptions` (``trusted_keys``, ``hmac_key``,
 ``require_signature``, ``require_hmac``, ``identity``, ``deep``...). By default ``deep`` is
-off here: each shard's bytes are checked against the SHA-256 the sealed MANIFEST lists, and the
-format's reader decodes them while loading (``load(verify=False)``: for WTXT the grammar,
-base64 and CRC32C checks, not the SHA-256s inside the file, which the file's digest
-already covers), each shard as soon as its own digest matched while the others are still
-checked; ``deep=True`` adds each format's own full
-verification first (one more read of every shard). A run in the Git LFS store restores the
-same way, its shards rebuilt from exactly their keyframe and residual chains
-(:mod:`snapops.restore_lfs`; options ``lfs_url``, ``lfs_token_file``, ``lfs_cache``).
+off here: the format's reader decodes each shard (``load(verify=False)``: for WTXT the
+grammar, base64 and CRC32C, not the SHA-256s inside the file) while the others are still
+copied out, and its arrays are proven by their BLAKE3 against the content digest the sealed
+MANIFEST lists for the shard; where that differs, the file's SHA-256 against the MANIFEST
+decides (see :func:`~snapops.formats.generation.load.load_from_source`); ``deep=True`` adds
+each format's own full verification first (one more read of every shard). A run in the Git
+LFS store restores the same way, its shards rebuilt from exactly their keyframe and residual
+chains (:mod:`snapops.restore_lfs`; options ``lfs_url``, ``lfs_token_file``, ``lfs_cache``).
 
 Example::
 
@@ -43,7 +43,9 @@ from .restore_lfs import LfsAccess, LfsSettings
 
 __all__ = ["RestoreFailed", "generation_options", "latest_verified", "load_generation"]
 
-_FIELDS = {f.name for f in dataclasses.fields(GenerationOptions)} - {"memo", "expect_prev"}
+# the loader's own hooks (on_shard, by_content) and a hook's memo are not a caller's options
+_FIELDS = {f.name for f in dataclasses.fields(GenerationOptions)} - {
+    "memo", "expect_prev", "on_shard", "by_content"}
 # Generations latest_verified tries at most: whoever can push tags can push thousands of
 # bogus ones above the real generations, each one a fetch and a failed verification.
 MAX_TRIED = 100
@@ -188,8 +190,8 @@ class _Counted:
         return known(local) if known is not None else None
 
     @contextlib.contextmanager
-    def file(self, path: str) -> Iterator:
-        with self.inner.file(path) as local:
+    def file(self, path: str, *, digest: bool = True) -> Iterator:
+        with self.inner.file(path, digest=digest) as local:
             if path not in self._seen:
                 self._seen.add(path)
                 self.progress(os.path.getsize(local))

@@ -64,7 +64,10 @@ class Source(Protocol):
 
     def read(self, path: str, limit: int) -> bytes: ...
 
-    def file(self, path: str) -> contextlib.AbstractContextManager[Path]: ...
+    # digest=False: the caller will not ask for this copy's SHA-256 (a source that computes
+    # it while copying, see GitTreeSource.hashed, may skip that)
+    def file(self, path: str, *, digest: bool = True
+             ) -> contextlib.AbstractContextManager[Path]: ...
 
 
 class FolderSource:
@@ -139,7 +142,7 @@ class FolderSource:
             os.close(fd)
 
     @contextlib.contextmanager
-    def file(self, path: str) -> Iterator[Path]:
+    def file(self, path: str, *, digest: bool = True) -> Iterator[Path]:
         os.close(self._open(path))  # regular file, not a symlink
         yield self.root / path
 
@@ -238,7 +241,10 @@ class GitTreeSource:
         return data
 
     @contextlib.contextmanager
-    def file(self, path: str) -> Iterator[Path]:
+    def file(self, path: str, *, digest: bool = True) -> Iterator[Path]:
+        """``path`` materialised under the scratch folder (or the kept copy, or the work-tree
+        file holding the same blob); ``digest``: compute its SHA-256 while copying, for
+        :meth:`hashed`."""
         entry = self._blob(path)
         if self.worktree is not None and _holds_blob(self.worktree / path, entry):
             yield self.worktree / path
@@ -258,7 +264,7 @@ class GitTreeSource:
         try:
             try:
                 with out:
-                    self._materialise(entry, out, target)
+                    self._materialise(entry, out, target, digest)
             except OSError as exc:  # a full scratch disk, say: typed, one line
                 raise FormatError(f"cannot write to the scratch folder: {exc.strerror}",
                                   path=path, check="io") from None
@@ -284,15 +290,15 @@ class GitTreeSource:
             self._digests.pop(target, None)
             target.unlink(missing_ok=True)
 
-    def _materialise(self, entry: Entry, out, target: Path) -> None:
+    def _materialise(self, entry: Entry, out, target: Path, sha256: bool) -> None:
         """The blob of ``entry`` into ``out`` (the file ``target``), at most its listed size."""
         if entry.size is not None and hasattr(self.git, "blob_to"):
-            digest = self.git.blob_to(entry.oid, out, size=entry.size)
+            digest = self.git.blob_to(entry.oid, out, size=entry.size, sha256=sha256)
             written = out.tell()
             if written != entry.size:
                 raise FormatError("blob size differs from the tree listing", check="size",
                                   expected=f"{entry.size} bytes", got=f"{written} bytes")
-            if digest is not None:
+            if digest:
                 self._digests[target] = digest
             return
         with self.git.open_blob(entry.oid) as stream:

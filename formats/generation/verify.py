@@ -10,7 +10,9 @@ restore all call :func:`verify_generation`. In order, it checks:
 4. every shard: size and SHA-256 of its bytes (the ciphertext for age shards; with an identity
    the plaintext too), its suffix, its detected format and its declared format agree, its own
    full verification passes, and its arrays are what the MANIFEST's parts say (name, stored
-   dtype, box shape); companions (WSUM, DELTA) by size and SHA-256;
+   dtype, box shape); companions (WSUM, DELTA) by size and SHA-256. A restore, which returns
+   arrays and not files, may prove a plain shard by what it decodes instead of its SHA-256:
+   the BLAKE3 content digest the MANIFEST seals for it (``by_content``);
 5. the chain: ``prev`` names the generation it must follow (``expect_prev``) and gen increases;
 6. the ledger: ``ledger/<run>.ledger`` chains and its last line seals this MANIFEST.
 The first failure is reported as a FormatError naming file, line and check.
@@ -31,6 +33,7 @@ import hashlib
 import io
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +77,12 @@ class GenerationOptions:
     # called (from a worker thread) with a shard's path once its own check passed: a restore
     # decodes it meanwhile; nothing is returned unless the whole generation then verifies
     on_shard: Any = None
+    # a restore's proof by content: called (from a worker thread) with a plain shard's
+    # record, its copy and its WSUM's copy (or None), before the copy's SHA-256 is computed;
+    # True when the arrays it decoded from the copy hash to the record's sealed content
+    # digest (they are then exactly what was sealed, and the file's SHA-256 is not
+    # computed); False, or an error: the file's SHA-256 decides, as without it
+    by_content: Any = None
 
 
 def pruned_note(manifest: Manifest, options: GenerationOptions) -> str | None:
@@ -228,8 +237,17 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
         if f.of in {s.path for s in fresh}:
             _check_digest(source, f"{folder}/{f.path}", f.size, f.sha256)
 
+    failed = threading.Event()
+
     def one(shard: ShardRecord) -> Report:
-        done = check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
+        if failed.is_set():      # an earlier shard failed: that failure is the report's
+            raise FormatError("not checked: a shard before it failed",
+                              path=f"{folder}/{shard.path}", check="shards")
+        try:
+            done = check_shard(source, folder, manifest, shard, wsums.get(shard.path), options)
+        except BaseException:
+            failed.set()
+            raise
         if keys[shard.path] is not None:
             memo[keys[shard.path]] = done
         if options.on_shard is not None:
@@ -251,6 +269,12 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
                             "a generation verified before (same blob, record and parts): not "
                             "read again")
     report.details["shards_read"] = len(fresh)
+    by_content = sum(r.details.get("proven_by") == "content" for r in checked)
+    if by_content:
+        report.details["shards_by_content"] = by_content
+        report.notes.append(f"{by_content} of {len(manifest.shards)} shard(s) proven by their "
+                            "decoded arrays' sealed BLAKE3 content digest (their files' SHA-256 "
+                            "not computed)")
     report.passed("shards")
 
 
@@ -327,10 +351,14 @@ def check_shard(source: Source, folder: str, manifest: Manifest, shard: ShardRec
     from .shardcheck import check_plain_shard
 
     path = f"{folder}/{shard.path}"
-    with source.file(path) as local:
+    by_content = options.by_content is not None and not shard.path.endswith(AGE_SUFFIX)
+    with source.file(path, digest=not by_content) as local:
         hashed = getattr(source, "hashed", None)    # a source that computed it (LFS restore)
-        _check_file_digest(local, path, shard.size, shard.sha256,
-                           hashed(local) if hashed is not None else None)
+        known = hashed(local) if hashed is not None else None
+        if by_content and known is None:
+            return _check_by_content(source, local, path, manifest, shard, wsum, folder,
+                                     options)
+        _check_file_digest(local, path, shard.size, shard.sha256, known)
         if not shard.path.endswith(AGE_SUFFIX):
             wsum_file = f"{folder}/{wsum.path}" if wsum else None
             with _maybe_file(source, wsum_file) as wsum_local:
@@ -343,6 +371,33 @@ def check_shard(source: Source, folder: str, manifest: Manifest, shard: ShardRec
                 f"{path}: encrypted; checked by its digest only (give --identity to verify "
                 "the content)"])
         return _check_age(source, local, path, manifest, shard, wsum, folder, options)
+
+
+def _check_by_content(source: Source, local: Path, path: str, manifest: Manifest,
+                      shard: ShardRecord, wsum, folder: str, options: GenerationOptions
+                      ) -> Report:
+    """A plain shard proven by its arrays: the format and array checks of every shard, then
+    ``options.by_content`` decodes the copy and compares the arrays' BLAKE3 with the sealed
+    content digest. Whatever fails or differs on the way is judged by the file's SHA-256: a
+    copy that is not the sealed file fails by its digest, as without this proof (the error a
+    tampered shard gets does not change), and a sealed file whose content digest was
+    computed another way (say, from big-endian arrays) is proven by its SHA-256 instead."""
+    from .shardcheck import check_plain_shard
+
+    if os.path.getsize(local) != shard.size:
+        _check_file_digest(local, path, shard.size, shard.sha256)     # fails: the size
+    wsum_file = f"{folder}/{wsum.path}" if wsum else None
+    try:
+        with _maybe_file(source, wsum_file) as wsum_local:
+            report = check_plain_shard(local, path, manifest, shard, options, wsum_local)
+            proven = options.by_content(shard, local, wsum_local)
+    except SnapopsError:
+        _check_file_digest(local, path, shard.size, shard.sha256)     # not the sealed file?
+        raise
+    if not proven:
+        _check_file_digest(local, path, shard.size, shard.sha256)
+    report.details["proven_by"] = "content" if proven else "sha256"
+    return report
 
 
 def _maybe_file(source: Source, path: str | None):

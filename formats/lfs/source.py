@@ -110,10 +110,10 @@ class LfsSource:
         return self.inner.read(path, MAX_POINTER)
 
     @contextlib.contextmanager
-    def file(self, path: str) -> Iterator[Path]:
+    def file(self, path: str, *, digest: bool = True) -> Iterator[Path]:
         record = self._records().get(path)
         if record is None:
-            with self.inner.file(path) as local:
+            with self.inner.file(path, digest=digest) as local:
                 yield local
             return
         check_pointer(self.read_pointer(path), path, record)

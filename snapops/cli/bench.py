@@ -124,7 +124,8 @@ SUITES = [
                                     "--manifest-only, else 3 per hook process)"}))),
     Suite("restore", "restore of a sealed generation from a local remote",
           "One signed, HMAC'd generation of --size raw bytes in a bare remote, restored with "
-          "snapops.load_generation (verified: seal, file set, every shard's SHA-256, ledger; "
+          "snapops.load_generation (verified: seal, file set, every shard's arrays against their "
+          "sealed BLAKE3 content digest, ledger; "
           "arrays with their dtypes) to memory and to .safetensors, and once from file:// "
           "(a bare repository on this machine: read in place); next to git cat-file of the "
           "shards, one SHA-256 pass and one memcpy of the same bytes in the same run.",

@@ -316,9 +316,9 @@ def test_a_kept_git_source_frees_each_shard_once_it_is_loaded(tmp_path, keys, fm
 
 @pytest.mark.parametrize("fmt", ["wtxt", "aero"])
 def test_a_shard_that_is_garbage_fails_by_its_digest_not_by_its_decoder(tmp_path, keys, fmt):
-    """Shards are decoded while the generation is still being verified, each once its own
-    digest matched: a shard no decoder can read is never handed to one, and the failure is
-    the verifier's (its digest)."""
+    """Shards are decoded while the generation is still being verified, and proven by what
+    they decode to; a shard no decoder can read is judged by its file digest, and the
+    failure is the verifier's (its digest), as without the proof by content."""
     folder = _gen_with(tmp_path, keys, fmt)
     shard = sorted((folder / "shards").iterdir())[0]
     size = shard.stat().st_size
