@@ -5,6 +5,7 @@ random seeds and a fixed timestamp."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -123,6 +124,9 @@ def build(folder: str | Path) -> dict:
                           sign_key=keys / "signing.key",
                           hmac_key=load_hmac_key(keys / "hmac.key"))
     seal_in_ledger(gen_root, RUN, write_generation(gen_root, spec, 1, TS, state()))
+    aero_root = root / "gen-aero"
+    aero = dataclasses.replace(spec, format="aero")
+    seal_in_ledger(aero_root, RUN, write_generation(aero_root, aero, 1, TS, state()))
     other_inputs(root, gen_root)
     part_seed(root, load_hmac_key(keys / "hmac.key"))
     loose_object_seed(root)

@@ -161,22 +161,32 @@ def run_lfs_batch(case: Case) -> None:
     case.call(read, case.path.read_bytes())
 
 
-def run_generation(case: Case) -> None:
-    from snapops.formats.generation.load import load_from_source
-    from snapops.formats.generation.source import FolderSource
-    from snapops.formats.generation.verify import GenerationOptions, verify_generation
-    from snapops.formats.ledger import Ledger
+def generation_verbs(folder: str) -> Callable[[Case], None]:
+    """Verify, load unverified, restore (decoded while verified, each shard proven by its
+    arrays' content digest or else its file digest) and read the ledger of the generation
+    in ``folder``."""
+    def run(case: Case) -> None:
+        from snapops.formats.generation.load import load_from_source
+        from snapops.formats.generation.source import FolderSource
+        from snapops.formats.generation.verify import GenerationOptions, verify_generation
+        from snapops.formats.ledger import Ledger
 
-    repo = case.root / "gen"
-    opts = GenerationOptions(trusted_keys=[case.keys], hmac_key=case.keys / "hmac.key",
-                             require_signature=True)
-    report = case.call(verify_generation, FolderSource(repo), RUN, opts)
-    case.typed += report is not None and not report.ok
-    case.call(load_from_source, FolderSource(repo), RUN, verify=False, options=opts)
-    ledger = Ledger(repo / "ledger" / f"{RUN}.ledger", root=repo)
-    report = case.call(ledger.verify)
-    case.typed += report is not None and not report.ok
-    case.call(lambda: list(ledger.lines()))
+        repo = case.root / folder
+        opts = GenerationOptions(trusted_keys=[case.keys], hmac_key=case.keys / "hmac.key",
+                                 require_signature=True)
+        report = case.call(verify_generation, FolderSource(repo), RUN, opts)
+        case.typed += report is not None and not report.ok
+        case.call(load_from_source, FolderSource(repo), RUN, verify=False, options=opts)
+        case.call(load_from_source, FolderSource(repo), RUN,
+                  options=dataclasses.replace(opts, deep=False))
+        ledger = Ledger(repo / "ledger" / f"{RUN}.ledger", root=repo)
+        report = case.call(ledger.verify)
+        case.typed += report is not None and not report.ok
+        case.call(lambda: list(ledger.lines()))
+    return run
+
+
+run_generation = generation_verbs("gen")
 
 
 def cli_verify(case: Case) -> None:
@@ -504,6 +514,9 @@ TARGETS = {t.name: t for t in [
     Target("age", ("age/s.wtxt.age",), run_age),
     Target("manifest", (f"gen/snapshots/{RUN}/MANIFEST",), run_generation),
     Target("ledger", (f"gen/ledger/{RUN}.ledger",), run_generation),
+    Target("gen-shard", (f"gen/snapshots/{RUN}/shards/0000.wtxt",), run_generation),
+    Target("gen-shard-aero", (f"gen-aero/snapshots/{RUN}/shards/0000.aero",),
+           generation_verbs("gen-aero")),
     Target("residual", ("residual/r.snrs",), run_residual),
     Target("spool", ("daemon/gen-000001.spool",), run_spool),
     Target("wal", ("daemon/wal.log",), run_wal),
