@@ -6,7 +6,9 @@ A shard is restored by fetching its keyframe, or its residual and (recursively) 
 the LFS server when not cached; every file enters the cache only after its digest was checked,
 a cached shard handed out as it is was first hashed (a damaged or planted one is removed and
 fetched again), and a restored shard is checked against the digest its sealed MANIFEST record
-names.
+names. A restore that proves shards by their arrays' sealed content digest asks for
+:meth:`ObjectStore.unhashed_shard` instead: the chain's result without its SHA-256, in a private
+file that never enters the cache.
 
 Example::
 
@@ -56,6 +58,7 @@ IN_FLIGHT = 2           # residuals decoded at once, each into its own reused bu
 SPARE_BUFFERS = 8       # shard-sized buffers kept between shards (two rebuilt at once)
 MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFEST claims
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_UNHASHED = re.compile(r"\.unhashed\.[0-9]+\.[0-9]+")      # see ObjectStore.unhashed_shard
 STALE_DOWNLOAD = 3600.0  # seconds unwritten: a download temp a killed process left behind
 
 
@@ -128,11 +131,12 @@ class ObjectStore:
 
     def _sweep_stale_downloads(self) -> None:
         """Remove the temp files of downloads a killed process left (a live one's is written
-        to at least once a minute: see the client's low-speed limit)."""
+        to at least once a minute: see the client's low-speed limit), and its unhashed
+        rebuilt shards (a live restore loses nothing: its arrays map the file's pages)."""
         cutoff = time.time() - STALE_DOWNLOAD
         with os.scandir(self.root) as entries:
             for entry in entries:
-                if DOWNLOAD_TEMP.fullmatch(entry.name) and \
+                if (DOWNLOAD_TEMP.fullmatch(entry.name) or _UNHASHED.fullmatch(entry.name)) and \
                         entry.stat(follow_symlinks=False).st_mtime < cutoff:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
@@ -292,7 +296,40 @@ class ObjectStore:
         needed = residuals if self.has(start.sha256, start.size) else [start, *residuals]
         return [(r.object, r.object_size) for r in needed]
 
+    @contextlib.contextmanager
+    def unhashed_shard(self, record: ShardRecord, older: Callable[[int], ShardRecord | None],
+                       path: str | None = None) -> Iterator[Path]:
+        """:meth:`shard` for a caller that proves the shard another way (a restore, by its
+        arrays' sealed content digest, or else by hashing it): a chain's result is rebuilt
+        without its SHA-256 into a private file, removed on leaving, that never enters the
+        cache (its name there would vouch for bytes nobody hashed); a shard without residuals
+        comes as :meth:`shard` gives it."""
+        path = path or record.path
+        plan = self._plan(record, older, path)
+        if isinstance(plan, Path):
+            yield plan
+            return
+        own = self.root / f".unhashed.{os.getpid()}.{threading.get_ident()}"
+        own.unlink(missing_ok=True)       # a killed restore's, with the same thread id
+        try:
+            with open(own, "xb+") as out:
+                self._fill(out, *plan, path)
+            yield own
+        finally:
+            own.unlink(missing_ok=True)
+
     def _shard(self, record: ShardRecord, older, path: str) -> Path:
+        plan = self._plan(record, older, path)
+        if isinstance(plan, Path):
+            return plan
+        self._rebuild(plan, record, path)
+        self._remember(self.path(record.sha256), record.sha256)
+        return self.path(record.sha256)
+
+    def _plan(self, record: ShardRecord, older, path: str
+              ) -> Path | tuple[Path, list[Path], list[ResidualHeader]]:
+        """The cached file of ``record`` when no residual is to be applied, else what
+        rebuilding it takes: its start, the residuals' objects and their checked headers."""
         start, residuals = self.chain(record, older, path)
         # a file handed out as it is cached must be what it is named: a damaged or planted one
         # goes, and is fetched or rebuilt (a chain's result is checked whole, by _rebuild)
@@ -306,22 +343,12 @@ class ObjectStore:
         if not residuals:
             return first
         blobs = [self.fetch(r.object, r.object_size) for r in residuals]
-        heads = self._check_links(start, residuals, blobs, path)
-        longest = max([first.stat().st_size] + [h.target_length for h in heads])
-        check_declared("residual target", longest, DEFAULT_LIMITS, path)
-        spares = [self._spares.take(longest) for _ in range(IN_FLIGHT + 1)]
-        try:
-            self._rebuild(first, blobs, heads, spares, record, longest, path)
-        finally:
-            self._spares.give(*spares)
-        self._remember(self.path(record.sha256), record.sha256)
-        return self.path(record.sha256)
+        return first, blobs, self._check_links(start, residuals, blobs, path)
 
-    def _rebuild(self, first: Path, blobs: list[Path], heads: list[ResidualHeader],
-                 spares: list[np.ndarray], record: ShardRecord, longest: int, path: str) -> None:
-        """Apply the chain straight into the cache file's pages (a shared map of the temp
-        file: no second copy of the shard through ``write``), and put it in place only once
-        its SHA-256 is the sealed one."""
+    def _rebuild(self, plan: tuple[Path, list[Path], list[ResidualHeader]],
+                 record: ShardRecord, path: str) -> None:
+        """Rebuild into the cache file, put in place only once its SHA-256 is the sealed
+        one."""
         digest = ""
 
         def check(_tmp: Path) -> None:
@@ -334,12 +361,23 @@ class ObjectStore:
 
         with atomic_write(self.path(record.sha256), before_replace=check,
                           durable=self.durable) as out:
+            digest = self._fill(out, *plan, path, sha256=True)
+
+    def _fill(self, out: BinaryIO, first: Path, blobs: list[Path], heads: list[ResidualHeader],
+              path: str, *, sha256: bool = False) -> str:
+        """Apply the chain straight into the pages of ``out`` (a shared map of the file: no
+        second copy of the shard through ``write``); the result's SHA-256 when asked."""
+        longest = max([first.stat().st_size] + [h.target_length for h in heads])
+        check_declared("residual target", longest, DEFAULT_LIMITS, path)
+        spares = [self._spares.take(longest) for _ in range(IN_FLIGHT + 1)]
+        try:
             os.ftruncate(out.fileno(), longest)
             pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
             try:
                 data = np.empty(0, np.uint8) if pages is None else np.frombuffer(pages, np.uint8)
                 result = self._apply(first, blobs, heads, [data, *spares], path)
-                length, digest = len(result), hashlib.sha256(result).hexdigest()
+                length = len(result)
+                digest = hashlib.sha256(result).hexdigest() if sha256 else ""
                 del data, result
             finally:
                 # after a failure the traceback may still hold views: the map then goes with
@@ -347,7 +385,10 @@ class ObjectStore:
                 with contextlib.suppress(BufferError):
                     if pages is not None:
                         pages.close()
-            os.ftruncate(out.fileno(), length)
+        finally:
+            self._spares.give(*spares)
+        os.ftruncate(out.fileno(), length)
+        return digest
 
     @staticmethod
     def _check_links(base: ShardRecord, residuals: list[ShardRecord], blobs: list[Path],

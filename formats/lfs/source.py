@@ -122,7 +122,12 @@ class LfsSource:
                 self._prefetched = True
                 self._prefetch()
         rel = path.removeprefix(run_folder(self.run) + "/")
-        yield self.store.shard(record, lambda gen: self._older_record(gen, rel), path)
+        older = lambda gen: self._older_record(gen, rel)    # noqa: E731
+        if digest:
+            yield self.store.shard(record, older, path)
+            return
+        with self.store.unhashed_shard(record, older, path) as local:
+            yield local
 
     def _prefetch(self) -> None:
         """Download every object the generation's shards need (their keyframes and residual

@@ -118,18 +118,21 @@ def test_a_server_trickling_bytes_is_given_up(lfs, tmp_path, slow):
 
 
 def test_download_temps_a_killed_restore_left_are_swept_live_ones_kept(tmp_path):
-    """A kept --lfs-cache: a temp untouched for over an hour is a killed process's; a fresh
-    one may be another restore's download in progress; other files are never touched."""
+    """A kept --lfs-cache: a temp (a download, an unhashed rebuilt shard) untouched for over
+    an hour is a killed process's; a fresh one may be another restore's work in progress;
+    other files are never touched."""
     cache = tmp_path / "cache"
     cache.mkdir()
     old, live = cache / f".{OID}.{'a' * 16}.part", cache / f".{OID}.{'b' * 16}.part"
     other = cache / f".{OID}.{os.getpid()}.tmp"
-    for path in (old, live, other):
+    rebuilt_old, rebuilt_live = cache / ".unhashed.17.4242", cache / ".unhashed.18.4242"
+    for path in (old, live, other, rebuilt_old, rebuilt_live):
         path.write_bytes(b"partial")
-    for path in (old, other):
+    for path in (old, other, rebuilt_old):
         os.utime(path, (time.time() - 7200,) * 2)
     ObjectStore(cache)
-    assert sorted(p.name for p in cache.iterdir()) == sorted([live.name, other.name])
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [live.name, other.name, rebuilt_live.name])
 
 
 def test_a_malformed_answer_to_the_committers_check_is_a_typed_error(lfs, tmp_path):

@@ -216,6 +216,42 @@ def test_a_damaged_cached_base_fails_closed_and_caches_nothing(tmp_path):
     assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
 
 
+def test_an_unhashed_rebuild_is_exact_private_and_never_cached(tmp_path):
+    """What a restore proving shards by their arrays asks for: the chain applied without the
+    result's SHA-256, in a private file removed afterwards; a keyframe is its cached object."""
+    store = ObjectStore(tmp_path / "cache")
+    records, files = _chain(store, [40_000, 40_100, 39_900])
+    before = sorted(p.name for p in store.root.iterdir())
+    with store.unhashed_shard(records[3], records.get) as local:
+        assert local.read_bytes() == files[-1]
+        assert local.parent == store.root and local.name.startswith(".unhashed.")
+        assert store.hashed(local) is None and not store.has(records[3].sha256)
+    assert sorted(p.name for p in store.root.iterdir()) == before
+    with store.unhashed_shard(records[1], records.get) as key:
+        assert key == store.path(records[1].sha256) and key.read_bytes() == files[0]
+
+
+def test_a_restore_of_a_damaged_chain_fails_by_its_digest_and_caches_nothing(giftless,
+                                                                           tmp_path):
+    """A residual damaged in the restore's cache (cached objects are used by their name)
+    rebuilds a wrong shard: its arrays do not hash to the sealed content digest, the file's
+    SHA-256 then refuses it, and nothing enters the cache under the sealed name."""
+    root = tmp_path / "repo"
+    manifests, client = write_run(root, giftless, tmp_path / "daemon-cache", 3, k=3)
+    last = parse_manifest(manifests[3]).shards[0]
+    assert last.encoding == "res"
+    store = ObjectStore(tmp_path / "restore-cache", client)
+    blob = store.fetch(last.object, last.object_size)
+    damaged = bytearray(blob.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x55
+    blob.write_bytes(bytes(damaged))
+    src = LfsSource(FolderSource(root), "r", store, manifests=manifests.get)
+    with pytest.raises(FormatError, match=r"\[digest\] file bytes do not match"):
+        load_from_source(src, "r")
+    assert not store.has(last.sha256)
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".unhashed.")]
+
+
 def test_a_residual_naming_another_base_is_refused_before_decoding(tmp_path):
     store = ObjectStore(tmp_path / "cache")
     records, _ = _chain(store, [4000, 4000, 4000])
