@@ -16,8 +16,11 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import mmap
+import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from snapops.formats.limits import (
     check_declared,
     zstd_decompressor,
 )
+from snapops.formats.zstdframe import FrameError, decode_frame_into
 
 MAGIC = b"SNRS"
 VERSION = 1
@@ -311,19 +315,24 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
         first = source.read(FRAME_HEADER_MAX)
         source.seek(at)
     planes = memoryview(out)[:length] if out is not None else None
-    got = 0
+    got, extra = 0, b""
     try:
         declared = zstd.frame_content_size(first)
         if declared == length:
             if out is None:
                 out = _allocate(length, path)
                 planes = memoryview(out)[:length]
-            reader = zstd_decompressor().stream_reader(source, read_size=1 << 20,
-                                                       closefd=False)
-            while got < length and (n := reader.readinto(planes[got:])):
-                got += n
-            extra = reader.read(1)
-    except zstd.ZstdError as exc:
+            with _payload(source) as payload:
+                done = decode_frame_into(payload, planes)
+            if done is not None:
+                got = done
+            else:
+                reader = zstd_decompressor().stream_reader(source, read_size=1 << 20,
+                                                           closefd=False)
+                while got < length and (n := reader.readinto(planes[got:])):
+                    got += n
+                extra = reader.read(1)
+    except (zstd.ZstdError, FrameError) as exc:
         raise FormatError(f"residual payload is not valid zstd: {exc}", path=path,
                           offset=HEADER.size, check="residual") from None
     if declared > length or (declared == length and got == length and extra):
@@ -336,6 +345,25 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
                           got="unknown" if declared < 0 else
                           f"{declared if declared != length else got} bytes")
     return out[:length]
+
+
+@contextlib.contextmanager
+def _payload(source: BinaryIO | bytes | memoryview) -> Iterator[memoryview]:
+    """The payload as a buffer: ``source`` itself, or the rest of the file from its
+    position, mapped (no copy through ``read``)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        yield memoryview(source)
+        return
+    at, size = source.tell(), os.fstat(source.fileno()).st_size
+    if size <= at:
+        yield memoryview(b"")
+        return
+    with mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as pages:
+        view = memoryview(pages)[at:]
+        try:
+            yield view
+        finally:
+            view.release()
 
 
 def _allocate(length: int, path: str) -> np.ndarray:
