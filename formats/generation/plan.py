@@ -214,10 +214,11 @@ def piece_array(arrays: dict[str, np.ndarray], piece: Piece) -> np.ndarray:
     return array[start:stop]
 
 
-def content_digest(arrays: dict[str, np.ndarray]) -> str:
-    """BLAKE3 over names, dtypes, shapes and bytes in name order (multithreaded when large):
-    equal digests mean a shard need not be rewritten."""
-    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+def content_digest(arrays: dict[str, np.ndarray], threads: int = blake3.blake3.AUTO) -> str:
+    """BLAKE3 over names, dtypes, shapes and bytes in name order (on ``threads`` threads,
+    default as many as help): equal digests mean a shard need not be rewritten, and a
+    restore's arrays are the sealed ones."""
+    h = blake3.blake3(max_threads=threads)
     for name in sorted(arrays, key=_sort_key):
         array = np.ascontiguousarray(arrays[name])
         h.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode("utf-8", "surrogatepass"))
