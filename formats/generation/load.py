@@ -170,10 +170,10 @@ class _Assembler:
         for the shard (:func:`~.plan.content_digest`: BLAKE3 over each part's name, dtype,
         shape and bytes, as the writer computed it over the arrays it was given): they are
         then exactly what was sealed. False: nothing kept (the file's digest decides)."""
+        where = f"{self.folder}/{shard.path}"
         if wsum is not None and wsum != Path(f"{local}.wsum"):
-            raise FormatError("a WSUM must lie beside its shard", path=shard.path,
-                              check="fileset")
-        with _named_by(local, f"{self.folder}/{shard.path}"):
+            raise FormatError("a WSUM must lie beside its shard", path=where, check="fileset")
+        with _named_by(local, where):
             loaded = _load_shard(local, self.formats[shard.path], verify=False)
         pieces = [(array, part, _piece(array, part, loaded, shard.path))
                   for array in self.by_shard.get(shard.path, ())
