@@ -323,7 +323,7 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
                 out = _allocate(length, path)
                 planes = memoryview(out)[:length]
             with _payload(source) as payload:
-                done = decode_frame_into(payload, planes)
+                done = decode_frame_into(payload, planes) if payload is not None else None
             if done is not None:
                 got = done
             else:
@@ -348,17 +348,22 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
 
 
 @contextlib.contextmanager
-def _payload(source: BinaryIO | bytes | memoryview) -> Iterator[memoryview]:
+def _payload(source: BinaryIO | bytes | memoryview) -> Iterator[memoryview | None]:
     """The payload as a buffer: ``source`` itself, or the rest of the file from its
-    position, mapped (no copy through ``read``)."""
+    position, mapped (no copy through ``read``); None for a stream that cannot be mapped."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         yield memoryview(source)
         return
-    at, size = source.tell(), os.fstat(source.fileno()).st_size
-    if size <= at:
+    try:
+        at, size = source.tell(), os.fstat(source.fileno()).st_size
+        pages = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) if size > at else None
+    except (OSError, ValueError, io.UnsupportedOperation):
+        yield None
+        return
+    if pages is None:
         yield memoryview(b"")
         return
-    with mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as pages:
+    with pages:
         view = memoryview(pages)[at:]
         try:
             yield view

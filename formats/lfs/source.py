@@ -122,7 +122,10 @@ class LfsSource:
                 self._prefetched = True
                 self._prefetch()
         rel = path.removeprefix(run_folder(self.run) + "/")
-        older = lambda gen: self._older_record(gen, rel)    # noqa: E731
+
+        def older(gen: int) -> ShardRecord | None:
+            return self._older_record(gen, rel)
+
         if digest:
             yield self.store.shard(record, older, path)
             return

@@ -79,3 +79,31 @@ def test_residuals_decode_alike_with_and_without_the_one_shot_decoder(monkeypatc
         with pytest.raises(FormatError, match=r"\[residual\]"):
             decode_residual(base.tobytes(), blob[:-5])
     assert results[0] == results[1]
+
+
+def test_a_residual_read_from_a_stream_that_cannot_be_mapped_is_streamed():
+    import io
+
+    from snapops.formats.generation.residual import HEADER, decompress_planes, read_header
+
+    base = np.arange(10_000, dtype=np.float32)
+    target = (base * np.float32(1.5)).tobytes()
+    blob = encode_residual(base.tobytes(), target, itemsize=4)
+    head = read_header(blob[:HEADER.size], "r", total=len(blob))
+    stream = io.BytesIO(blob)
+    stream.seek(HEADER.size)                   # no file descriptor to map
+    planes = decompress_planes(stream, head, None)
+    with open_payload_file(blob) as f:         # a real file: mapped, decoded in one call
+        assert bytes(decompress_planes(f, head, None)) == bytes(planes)
+    assert len(planes) == len(target)
+
+
+def open_payload_file(blob: bytes):
+    import tempfile
+
+    from snapops.formats.generation.residual import HEADER
+
+    f = tempfile.TemporaryFile()
+    f.write(blob)
+    f.seek(HEADER.size)
+    return f
