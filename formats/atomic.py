@@ -17,12 +17,13 @@ import hashlib
 import io
 import mmap
 import os
+import queue
 import re
 import secrets
 import stat
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -151,9 +152,7 @@ class DigestingFile:
         self._sha = hashlib.sha256()
         self._seekable, self._stable = seekable, stable
         self._pos = 0
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: collections.deque = collections.deque()     # (future, nbytes)
-        self._behind = 0
+        self._behind: _HashBehind | None = None
         self.size = 0
         self._digest: str | None = None
         self._readback = None
@@ -161,7 +160,8 @@ class DigestingFile:
     def write(self, data) -> int:
         if self._seekable:
             written = self._raw.write(data)
-        elif memoryview(data).nbytes < self.PARALLEL_MIN and not self._pending:
+        elif memoryview(data).nbytes < self.PARALLEL_MIN and not (
+                self._behind is not None and self._behind.bytes):
             written = self._raw.write(data)
             self._sha.update(data)
         else:
@@ -173,22 +173,14 @@ class DigestingFile:
         return written
 
     def _write_hashing(self, data) -> int:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
-        hashing = self._pool.submit(self._sha.update, data)   # one thread: in file order
+        if self._behind is None:
+            self._behind = _HashBehind(self._sha)
+        self._behind.put(data)
         try:
             written = self._raw.write(data)
         finally:
-            self._pending.append((hashing, memoryview(data).nbytes))
-            self._behind += self._pending[-1][1]
-            self._catch_up(self.BACKLOG if self._stable else 0)
+            self._behind.catch_up(self.BACKLOG if self._stable else 0)
         return written
-
-    def _catch_up(self, allowed: int) -> None:
-        while self._pending and (self._behind > allowed or self._pending[0][0].done()):
-            hashing, nbytes = self._pending.popleft()
-            self._behind -= nbytes
-            hashing.result()
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         if not self._seekable:
@@ -219,7 +211,8 @@ class DigestingFile:
 
     def finish(self) -> str:
         """The digest of the file's bytes, once the writer is done."""
-        self._catch_up(0)
+        if self._behind is not None:
+            self._behind.catch_up(0)
         digest = self._readback.future.result() if self._readback is not None \
             else self._sha.hexdigest()
         self.close()
@@ -228,15 +221,62 @@ class DigestingFile:
 
     def close(self) -> None:
         """Stop the helper thread (also on errors: the file is being abandoned)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        self._pending.clear()
+        if self._behind is not None:
+            self._behind.stop()
+            self._behind = None
 
     def hexdigest(self) -> str:
         if self._digest is None:
             raise RuntimeError("hexdigest() before the file was finished")
         return self._digest
+
+
+# Helper threads here share no Python-level lock with the thread that feeds them (they hand
+# over work through ``queue.SimpleQueue``, which locks in C) and are daemons. Why: Ctrl-C
+# raises KeyboardInterrupt between any two bytecodes, also just after a ``with lock:`` took
+# its lock and before the block began (CPython gh-74174); that lock stays taken. Under a
+# ``ThreadPoolExecutor`` the worker then waits for it forever, and so does the shutdown that
+# joins the worker: an interrupted save hung instead of cleaning up.
+
+
+class _HashBehind:
+    """Hashes pieces into ``sha`` in the order given, on one helper thread; :meth:`catch_up`
+    waits until at most ``allowed`` bytes are still to hash and raises what hashing raised."""
+
+    def __init__(self, sha) -> None:
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()    # None, or what update raised
+        self._sizes: collections.deque[int] = collections.deque()
+        self.bytes = 0                                          # handed over, not collected
+        self._thread = threading.Thread(target=self._run, args=(sha,), name="digest",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, sha) -> None:
+        while (piece := self._todo.get()) is not None:
+            try:
+                sha.update(piece)
+            except BaseException as exc:            # handed to the writer, which raises it
+                self._done.put(exc)
+            else:
+                self._done.put(None)
+
+    def put(self, piece) -> None:
+        self._sizes.append(memoryview(piece).nbytes)
+        self.bytes += self._sizes[-1]
+        self._todo.put(piece)
+
+    def catch_up(self, allowed: int) -> None:
+        while self._sizes and (self.bytes > allowed or not self._done.empty()):
+            failure = self._done.get()
+            self.bytes -= self._sizes.popleft()
+            if failure is not None:
+                raise failure
+
+    def stop(self) -> None:
+        """Let the thread finish what it was handed (at most a backlog) and end."""
+        self._todo.put(None)
+        self._thread.join()
 
 
 class TrailingDigest:
@@ -250,52 +290,51 @@ class TrailingDigest:
     """
 
     STEP = 8 << 20      # bytes hashed per look at the frontier
+    _START, _ABORT = "start", "abort"
 
     def __init__(self, fd: int, size: int) -> None:
         self._fd, self._size = os.dup(fd), size
-        self._cond = threading.Condition()
-        self._frontier, self._started, self._aborted = 0, False, False
-        pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
-        self.future = pool.submit(self._run)
-        pool.shutdown(wait=False)
+        self._news: queue.SimpleQueue = queue.SimpleQueue()   # _START, _ABORT or a frontier
+        self.future: Future = Future()
+        threading.Thread(target=self._run, name="digest", daemon=True).start()
 
     def start(self) -> None:
-        with self._cond:
-            self._started = True
-            self._cond.notify()
+        self._news.put(self._START)
 
     def advance(self, end: int) -> None:
-        with self._cond:
-            if end > self._frontier:
-                self._frontier = end
-                self._cond.notify()
+        self._news.put(end)
 
     def abort(self) -> None:
         """The write failed: stop reading (``future`` then raises)."""
-        with self._cond:
-            self._aborted = True
-            self._cond.notify()
+        self._news.put(self._ABORT)
 
-    def _run(self) -> str:
-        sha, pos = hashlib.sha256(), 0
+    def _run(self) -> None:
         try:
-            if not self._size:
-                return sha.hexdigest()
-            with mmap.mmap(self._fd, self._size, access=mmap.ACCESS_READ) as whole, \
-                    memoryview(whole) as view:
-                while pos < self._size:
-                    with self._cond:
-                        while not self._aborted and not (self._started
-                                                         and self._frontier > pos):
-                            self._cond.wait()
-                        if self._aborted:
-                            raise RuntimeError("the write was abandoned before its digest")
-                        end = min(self._frontier, self._size, pos + self.STEP)
-                    sha.update(view[pos:end])
-                    pos = end
-            return sha.hexdigest()
+            self.future.set_result(self._hash())
+        except BaseException as exc:
+            self.future.set_exception(exc)
         finally:
             os.close(self._fd)
+
+    def _hash(self) -> str:
+        sha, pos = hashlib.sha256(), 0
+        if not self._size:
+            return sha.hexdigest()
+        started, frontier = False, 0
+        with mmap.mmap(self._fd, self._size, access=mmap.ACCESS_READ) as whole, \
+                memoryview(whole) as view:
+            while pos < self._size:
+                # wait while there is nothing to hash; then take all news without waiting
+                while not self._news.empty() or not (started and frontier > pos):
+                    news = self._news.get()
+                    if news == self._ABORT:
+                        raise RuntimeError("the write was abandoned before its digest")
+                    started = started or news == self._START
+                    frontier = news if isinstance(news, int) and news > frontier else frontier
+                end = min(frontier, self._size, pos + self.STEP)
+                sha.update(view[pos:end])
+                pos = end
+        return sha.hexdigest()
 
 
 @contextlib.contextmanager
