@@ -7,11 +7,12 @@ one digest: a tensor filling a whole shard, or a page equal to a tensor, is hash
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Sequence
 
 from blake3 import blake3
+
+from ..workers import run_all
 
 PIECE = 8 << 20          # update() granularity; large enough to amortise per-call overhead
 ZEROS = memoryview(bytes(PIECE))
@@ -105,9 +106,5 @@ def run_jobs(jobs: Sequence[HashJob], workers: int | None = None) -> dict:
     plan = schedule(jobs, workers)
     done = {job.span: run_job(job, threads) for job, threads in plan if threads > 1}
     rest = [job for job, threads in plan if threads == 1]
-    if workers == 1 or len(rest) <= 1:
-        done.update({job.span: run_job(job) for job in rest})
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aero-b3") as pool:
-            done.update(zip((j.span for j in rest), pool.map(run_job, rest)))
+    done.update(zip((j.span for j in rest), run_all(run_job, rest, workers, "aero-b3")))
     return {job.key: done[job.span] for job in jobs}

@@ -8,12 +8,10 @@ name once complete.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import uuid as uuidlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Sequence
 
@@ -167,8 +165,7 @@ def write_file(path: str | os.PathLike, slots: Sequence[TensorSlot],
     mjsn = _meta_json(meta, options)
     jobs = _hash_jobs(slots, shards, buffers, options)
     workers = _hash.default_workers() if options.workers is None else options.workers
-    with _pool(workers) as pool:
-        digests = {job.key: fut.result() for job, fut in _submit(pool, jobs, max(1, workers))}
+    digests = _hash.run_jobs(jobs, workers)
     if tensor_hashes is not None:
         digests.update({("tensor", i): h for i, h in enumerate(tensor_hashes)})
     tail, manifest_chunks = _metadata(slots, shards, digests, mjsn, chunks, options)
@@ -203,24 +200,6 @@ def _stream_weights(f, plan, slots, shards, buffers, digests: dict, options: Opt
         if options.page_hashes:
             _pad_to(f, plan.offsets[plan.index(S.PHSH, S.phsh_name(shard.shard_id))])
             f.write(_phsh_bytes(shard, digests, options))
-
-
-@contextlib.contextmanager
-def _pool(workers: int):
-    """A hashing pool that drops queued jobs when the write fails (no orphan work)."""
-    pool = ThreadPoolExecutor(max(1, workers), "aero-b3")
-    try:
-        yield pool
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _submit(pool: ThreadPoolExecutor, jobs: list[_hash.HashJob], workers: int) -> list:
-    by_span = {job.span: pool.submit(_hash.run_job, job, threads)
-               for job, threads in _hash.schedule(jobs, workers)}
-    return [(job, by_span[job.span]) for job in jobs]
 
 
 def _pad_to(f, offset: int) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..model import Snapshot, as_numpy, le_contiguous
+from ..workers import run_all
 from . import _spec as S
 from ._blocks import encode_zstd, md5_checksum, pack_header
 from ._layout import Plan, plan_layout
@@ -125,9 +126,8 @@ def build(snapshot: Snapshot, *, compression: str | None, zstd_level: int,
         flat = le_contiguous(array).reshape(-1)
         arrays.append(flat.view(np.uint8) if flat.size else b"")
     if compression == S.ENCODING_ZSTD:
-        with ThreadPoolExecutor(max_workers=workers or default_workers(),
-                                thread_name_prefix="finf-zstd") as pool:
-            packed = list(pool.map(lambda a: encode_zstd(a, zstd_level), arrays))
+        packed = run_all(lambda a: encode_zstd(a, zstd_level), arrays,
+                         workers or default_workers(), "finf-zstd")
         payloads = [Payload(z, S.ENCODING_ZSTD) if len(z) < len(a) else Payload(a)
                     for a, z in zip(arrays, packed)]
     else:

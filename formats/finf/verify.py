@@ -10,10 +10,10 @@ the exploded block files the tree points to, verified the same way.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import FormatError
 from ..report import Report
+from ..workers import run_all
 from . import _spec as S
 from ._blocks import check_checksum
 from ._read import FinfFile
@@ -23,9 +23,8 @@ from ._write import default_workers
 def _check_blocks(f: FinfFile, report: Report, workers: int | None) -> tuple[int, int]:
     """Checksums of every block (parallel); returns (checked, unchecked)."""
     buf = f.buffer()
-    with ThreadPoolExecutor(max_workers=workers or default_workers(),
-                            thread_name_prefix="finf-verify") as pool:
-        results = list(pool.map(lambda b: check_checksum(buf, b), f.blocks))
+    results = run_all(lambda b: check_checksum(buf, b), f.blocks,
+                      workers or default_workers(), "finf-verify")
     return sum(results), len(results) - sum(results)
 
 

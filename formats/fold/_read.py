@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..errors import ChecksumError, FormatError
 from ..limits import zstd_decompressor
 from ..integrity import crc32c
 from ..model import ArrayMapping, Snapshot
+from ..workers import run_all
 from . import _arrays as A
 from . import _ecc
 from ._layout import (
@@ -297,10 +297,7 @@ class FoldFile(ArrayMapping):
         return {s.name: A.shaped(flats[s.name], s) for s in specs}
 
     def _run(self, fn, jobs: list) -> list:
-        if self.workers <= 1 or len(jobs) <= 1:
-            return [fn(job) for job in jobs]
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="fold-read") as pool:
-            return list(pool.map(fn, jobs))
+        return run_all(fn, jobs, self.workers, "fold-read")
 
     def _peer_arrays(self) -> dict[str, np.ndarray]:
         """Arrays of TSAV and NPZ0 chunks (peer files), read once on first use."""

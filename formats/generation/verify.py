@@ -34,7 +34,6 @@ import io
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from snapops.formats.errors import FormatError, LfsError, SnapopsError
 from snapops.formats.integrity import file_sha256
 from snapops.formats.ledger import check_link, iter_lines
 from snapops.formats.report import Report
+from snapops.formats.workers import run_all
 
 from .manifest import MAGIC, MAX_BYTES, Manifest, ShardRecord, parse_manifest
 from .seal import check_seal
@@ -259,8 +259,7 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
             if keys[shard.path] in memo:
                 options.on_shard(shard.path)
 
-    with ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="snapops-gen") as pool:
-        checked = list(pool.map(one, fresh))
+    checked = run_all(one, fresh, options.workers, "snapops-gen")
     for shard_report in known + checked:
         report.raw_bytes += shard_report.raw_bytes
         report.notes += shard_report.notes

@@ -40,6 +40,7 @@ from snapops.formats.integrity import file_sha256
 from snapops.formats.iosafe import refuse_symlinked
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
+from snapops.formats.workers import run_all
 
 from .manifest import (
     ArrayRecord, FileRecord, Header, Manifest, Part, Prev, ShardRecord, gen_text, parse_manifest,
@@ -201,11 +202,7 @@ def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
         return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base,
                            in_flight=SHARDS_IN_FLIGHT if workers == 1 else 1)
 
-    if workers > 1:
-        with ThreadPoolExecutor(workers, thread_name_prefix="snapops-rank") as pool:
-            done = list(pool.map(one, order))
-    else:
-        done = [one(rank) for rank in order]
+    done = run_all(one, order, workers, "snapops-rank")
     out = PartWritten(tuple(order))
     for part in done:
         for name in ("shards", "files", "pieces", "paths", "dense"):

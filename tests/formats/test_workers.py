@@ -1,0 +1,87 @@
+"""``run_all``: a parallel map that a Ctrl-C in the caller cannot wedge (formats.workers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from snapops.formats.workers import run_all
+
+
+def test_results_come_in_the_items_order_whatever_finishes_first():
+    def slow_first(n: int) -> int:
+        time.sleep(0.02 if n == 0 else 0)
+        return n * 10
+
+    assert run_all(slow_first, range(6), 3, "t") == [0, 10, 20, 30, 40, 50]
+
+
+def test_the_calls_run_on_helper_threads_at_most_workers_at_once():
+    running, most, lock = [0], [0], threading.Lock()
+    names = set()
+
+    def note(_):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            names.add(threading.current_thread().name)
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+
+    run_all(note, range(12), 3, "probe")
+    assert most[0] <= 3 and names and all(n.startswith("probe-") for n in names)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_one_worker_runs_in_the_callers_thread(workers):
+    assert run_all(lambda _: threading.current_thread().name, "ab", workers, "t") == \
+        [threading.current_thread().name] * 2
+
+
+def test_the_first_failure_is_raised_and_later_items_are_skipped():
+    started = []
+
+    def fail_at_two(n: int) -> int:
+        started.append(n)
+        if n == 2:
+            raise ValueError("item 2 is bad")
+        time.sleep(0.005)
+        return n
+
+    with pytest.raises(ValueError, match="item 2 is bad"):
+        run_all(fail_at_two, range(200), 2, "t")
+    assert 2 in started and len(started) < 200
+    assert not [t for t in threading.enumerate() if t.name.startswith("t-")]
+
+
+INTERRUPTED_MAPS = r"""
+import faulthandler, random, signal, sys, time
+from snapops.formats.workers import run_all
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, interrupt)
+faulthandler.dump_traceback_later(60, exit=True)
+rng, interrupted = random.Random(3), 0
+for i in range(400):
+    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.00005, 0.002))
+    try:
+        run_all(lambda n: time.sleep(0.0001) or n, range(64), 2, "m")
+    except KeyboardInterrupt:
+        interrupted += 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+print(interrupted)
+"""
+
+
+def test_ctrl_c_anywhere_in_the_caller_never_hangs_the_map():
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_MAPS], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout) > 200, done.stdout
