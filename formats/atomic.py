@@ -13,6 +13,7 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import io
 import mmap
@@ -21,7 +22,6 @@ import queue
 import re
 import secrets
 import stat
-import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -29,6 +29,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from .iosafe import open_input
 from .libc import libc_function
+from .workers import give_back, lend_helper
 
 _TEMP = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{12}\.tmp")
 # a temp this fresh may be between its creation and its writer's flock: never touched
@@ -231,40 +232,34 @@ class DigestingFile:
         return self._digest
 
 
-# Helper threads here share no Python-level lock with the thread that feeds them (they hand
-# over work through ``queue.SimpleQueue``, which locks in C) and are daemons. Why: Ctrl-C
-# raises KeyboardInterrupt between any two bytecodes, also just after a ``with lock:`` took
-# its lock and before the block began (CPython gh-74174); that lock stays taken. Under a
-# ``ThreadPoolExecutor`` the worker then waits for it forever, and so does the shutdown that
-# joins the worker: an interrupted save hung instead of cleaning up.
+# The digest helpers share no Python-level lock with the writer: see formats/workers.py.
 
 
 class _HashBehind:
-    """Hashes pieces into ``sha`` in the order given, on one helper thread; :meth:`catch_up`
+    """Hashes pieces into ``sha`` in the order given, on a helper thread; :meth:`catch_up`
     waits until at most ``allowed`` bytes are still to hash and raises what hashing raised."""
 
+    _FLUSHED = "flushed"
+
     def __init__(self, sha) -> None:
-        self._todo: queue.SimpleQueue = queue.SimpleQueue()
+        self._sha, self._helper = sha, lend_helper()
         self._done: queue.SimpleQueue = queue.SimpleQueue()    # None, or what update raised
         self._sizes: collections.deque[int] = collections.deque()
         self.bytes = 0                                          # handed over, not collected
-        self._thread = threading.Thread(target=self._run, args=(sha,), name="digest",
-                                        daemon=True)
-        self._thread.start()
 
-    def _run(self, sha) -> None:
-        while (piece := self._todo.get()) is not None:
-            try:
-                sha.update(piece)
-            except BaseException as exc:            # handed to the writer, which raises it
-                self._done.put(exc)
-            else:
-                self._done.put(None)
+    def _hash(self, piece) -> None:
+        try:
+            self._sha.update(piece)
+        except BaseException as exc:            # handed to the writer, which raises it
+            self._done.put(exc)
+        else:
+            self._done.put(None)
 
     def put(self, piece) -> None:
-        self._sizes.append(memoryview(piece).nbytes)
-        self.bytes += self._sizes[-1]
-        self._todo.put(piece)
+        nbytes = memoryview(piece).nbytes
+        self._helper.calls.put(functools.partial(self._hash, piece))   # counted once queued
+        self._sizes.append(nbytes)
+        self.bytes += nbytes
 
     def catch_up(self, allowed: int) -> None:
         while self._sizes and (self.bytes > allowed or not self._done.empty()):
@@ -274,9 +269,14 @@ class _HashBehind:
                 raise failure
 
     def stop(self) -> None:
-        """Let the thread finish what it was handed (at most a backlog) and end."""
-        self._todo.put(None)
-        self._thread.join()
+        """Wait until the pieces handed over are hashed (the writer's buffers are then free;
+        at most a backlog), failed or not, and give the helper back."""
+        self._helper.calls.put(functools.partial(self._done.put, self._FLUSHED))
+        while self._done.get() is not self._FLUSHED:
+            pass
+        self._sizes.clear()
+        self.bytes = 0
+        give_back(self._helper)
 
 
 class TrailingDigest:
@@ -296,7 +296,9 @@ class TrailingDigest:
         self._fd, self._size = os.dup(fd), size
         self._news: queue.SimpleQueue = queue.SimpleQueue()   # _START, _ABORT or a frontier
         self.future: Future = Future()
-        threading.Thread(target=self._run, name="digest", daemon=True).start()
+        helper = lend_helper()
+        helper.calls.put(self._run)
+        give_back(helper)
 
     def start(self) -> None:
         self._news.put(self._START)

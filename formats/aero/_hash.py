@@ -106,5 +106,5 @@ def run_jobs(jobs: Sequence[HashJob], workers: int | None = None) -> dict:
     plan = schedule(jobs, workers)
     done = {job.span: run_job(job, threads) for job, threads in plan if threads > 1}
     rest = [job for job, threads in plan if threads == 1]
-    done.update(zip((j.span for j in rest), run_all(run_job, rest, workers, "aero-b3")))
+    done.update(zip((j.span for j in rest), run_all(run_job, rest, workers)))
     return {job.key: done[job.span] for job in jobs}

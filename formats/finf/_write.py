@@ -127,7 +127,7 @@ def build(snapshot: Snapshot, *, compression: str | None, zstd_level: int,
         arrays.append(flat.view(np.uint8) if flat.size else b"")
     if compression == S.ENCODING_ZSTD:
         packed = run_all(lambda a: encode_zstd(a, zstd_level), arrays,
-                         workers or default_workers(), "finf-zstd")
+                         workers or default_workers())
         payloads = [Payload(z, S.ENCODING_ZSTD) if len(z) < len(a) else Payload(a)
                     for a, z in zip(arrays, packed)]
     else:

@@ -24,7 +24,7 @@ def _check_blocks(f: FinfFile, report: Report, workers: int | None) -> tuple[int
     """Checksums of every block (parallel); returns (checked, unchecked)."""
     buf = f.buffer()
     results = run_all(lambda b: check_checksum(buf, b), f.blocks,
-                      workers or default_workers(), "finf-verify")
+                      workers or default_workers())
     return sum(results), len(results) - sum(results)
 
 

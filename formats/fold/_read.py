@@ -297,7 +297,7 @@ class FoldFile(ArrayMapping):
         return {s.name: A.shaped(flats[s.name], s) for s in specs}
 
     def _run(self, fn, jobs: list) -> list:
-        return run_all(fn, jobs, self.workers, "fold-read")
+        return run_all(fn, jobs, self.workers)
 
     def _peer_arrays(self) -> dict[str, np.ndarray]:
         """Arrays of TSAV and NPZ0 chunks (peer files), read once on first use."""

@@ -259,7 +259,7 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
             if keys[shard.path] in memo:
                 options.on_shard(shard.path)
 
-    checked = run_all(one, fresh, options.workers, "snapops-gen")
+    checked = run_all(one, fresh, options.workers)
     for shard_report in known + checked:
         report.raw_bytes += shard_report.raw_bytes
         report.notes += shard_report.notes

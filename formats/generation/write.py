@@ -202,7 +202,7 @@ def write_part(folder: Path, spec: GenerationSpec, gen: int, ts: str,
         return _write_rank(folder, spec, gen, ts, rank, ranks[rank], base,
                            in_flight=SHARDS_IN_FLIGHT if workers == 1 else 1)
 
-    done = run_all(one, order, workers, "snapops-rank")
+    done = run_all(one, order, workers)
     out = PartWritten(tuple(order))
     for part in done:
         for name in ("shards", "files", "pieces", "paths", "dense"):

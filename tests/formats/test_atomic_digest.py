@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from snapops.formats.workers import idle_helpers
 from snapops.formats.atomic import DigestingFile, Writeback, atomic_write_digest
 
 
@@ -58,13 +60,47 @@ def test_sequential_files_cannot_seek(tmp_path):
             f.seek(0)
 
 
-def test_a_failed_write_leaves_no_file_and_no_thread(tmp_path):
-    with pytest.raises(RuntimeError, match="disk on fire"):
-        with atomic_write_digest(tmp_path / "x.bin", stable=True) as f:
-            f.write(bytes(2 << 20))
-            raise RuntimeError("disk on fire")
-    assert list(tmp_path.iterdir()) == []
-    assert not [t for t in threading.enumerate() if t.name == "digest"]
+def digest_threads() -> int:
+    return len([t for t in threading.enumerate() if t.name == "helper"])
+
+
+def test_a_failed_write_leaves_no_file_and_its_helper_idle(tmp_path):
+    for _ in range(5):
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            with atomic_write_digest(tmp_path / "x.bin", stable=True) as f:
+                f.write(bytes(2 << 20))
+                raise RuntimeError("disk on fire")
+        assert list(tmp_path.iterdir()) == []
+        helpers_idle()
+
+
+def helpers_idle() -> None:
+    """Every helper is back in the idle queue (it goes back once its calls ran)."""
+    deadline = time.monotonic() + 10
+    while digest_threads() != idle_helpers():
+        assert time.monotonic() < deadline, "a digest helper stayed busy"
+        time.sleep(0.005)
+    assert digest_threads() >= 1
+
+
+def test_helpers_are_reused_and_one_per_concurrent_writer(tmp_path):
+    def write(name: str) -> str:
+        with atomic_write_digest(tmp_path / name) as f:
+            for _ in range(4):
+                f.write(bytes(1 << 20))
+        return f.hexdigest()
+
+    write("warm")
+    before = digest_threads()
+    for n in range(20):
+        assert write(f"a{n}") == hashlib.sha256(bytes(4 << 20)).hexdigest()
+    assert digest_threads() == before
+    writers = [threading.Thread(target=write, args=(f"c{n}",)) for n in range(3)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    assert before <= digest_threads() <= before + 3
 
 
 INTERRUPTED_WRITES = r"""
@@ -94,7 +130,8 @@ print(interrupted, os.listdir(sys.argv[1]))
 
 def test_ctrl_c_anywhere_in_a_digested_write_never_hangs_it(tmp_path):
     """Ctrl-C lands between any two bytecodes, also just after a `with lock:` took its lock
-    (CPython gh-74174): with a thread pool behind the digest, 2 runs in 3 of this loop hung."""
+    (CPython gh-74174): with a thread pool behind the digest, 2 runs in 3 of this loop hung;
+    a helper thread started per write raised RuntimeError (Thread.start waits on a lock)."""
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_WRITES, str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -170,3 +207,16 @@ def test_no_writeback_for_throwaway_or_patched_files(tmp_path, monkeypatch, opti
         for _ in range(8):
             f.write(bytes(512 << 10))
     assert started == [] and (tmp_path / "x.bin").stat().st_size == 4 << 20
+
+
+def test_a_forked_child_starts_its_own_helpers(tmp_path):
+    """Helpers idle in the parent are not threads in a child (the fuzzer forks): the child
+    must not hand its pieces to them and wait forever."""
+    write = 'with atomic_write_digest(sys.argv[1] + "/{0}") as f:\n    f.write(bytes(1 << 20))\n'
+    script = ("import os, sys\nfrom snapops.formats.atomic import atomic_write_digest\n"
+              + write.format("parent") + "pid = os.fork()\nif pid == 0:\n    "
+              + write.format("child").replace("\n", "\n    ") + "os._exit(0)\n"
+              "os.waitpid(pid, 0)\nprint(sorted(os.listdir(sys.argv[1])))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.strip() == "['child', 'parent']", done.stderr[-2000:]

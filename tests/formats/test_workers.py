@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from snapops.formats.workers import run_all
+from snapops.formats.workers import idle_helpers, run_all
 
 
 def test_results_come_in_the_items_order_whatever_finishes_first():
@@ -17,7 +17,7 @@ def test_results_come_in_the_items_order_whatever_finishes_first():
         time.sleep(0.02 if n == 0 else 0)
         return n * 10
 
-    assert run_all(slow_first, range(6), 3, "t") == [0, 10, 20, 30, 40, 50]
+    assert run_all(slow_first, range(6), 3) == [0, 10, 20, 30, 40, 50]
 
 
 def test_the_calls_run_on_helper_threads_at_most_workers_at_once():
@@ -33,13 +33,13 @@ def test_the_calls_run_on_helper_threads_at_most_workers_at_once():
         with lock:
             running[0] -= 1
 
-    run_all(note, range(12), 3, "probe")
-    assert most[0] <= 3 and names and all(n.startswith("probe-") for n in names)
+    run_all(note, range(12), 3)
+    assert most[0] <= 3 and names and threading.current_thread().name not in names
 
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_one_worker_runs_in_the_callers_thread(workers):
-    assert run_all(lambda _: threading.current_thread().name, "ab", workers, "t") == \
+    assert run_all(lambda _: threading.current_thread().name, "ab", workers) == \
         [threading.current_thread().name] * 2
 
 
@@ -54,14 +54,41 @@ def test_the_first_failure_is_raised_and_later_items_are_skipped():
         return n
 
     with pytest.raises(ValueError, match="item 2 is bad"):
-        run_all(fail_at_two, range(200), 2, "t")
+        run_all(fail_at_two, range(200), 2)
     assert 2 in started and len(started) < 200
-    assert not [t for t in threading.enumerate() if t.name.startswith("t-")]
+    helpers_idle()
+
+
+def helpers_idle() -> None:
+    """Every helper thread is back in the idle queue (it goes back once its calls ran)."""
+    deadline = time.monotonic() + 10
+    while helper_threads() != idle_helpers():
+        assert time.monotonic() < deadline, "a helper stayed busy"
+        time.sleep(0.005)
+
+
+def helper_threads() -> int:
+    return len([t for t in threading.enumerate() if t.name == "helper"])
+
+
+def test_helpers_are_reused_from_one_map_to_the_next():
+    run_all(abs, range(8), 2)
+    helpers_idle()
+    before = helper_threads()
+    for _ in range(50):
+        assert run_all(abs, range(-4, 4), 2) == [4, 3, 2, 1, 0, 1, 2, 3]
+    helpers_idle()
+    assert helper_threads() == before >= 2
+
+
+def test_nested_maps_each_get_their_own_helpers():
+    assert run_all(lambda n: sum(run_all(abs, range(-n, 0), 2)), range(1, 6), 2) == \
+        [1, 3, 6, 10, 15]
 
 
 INTERRUPTED_MAPS = r"""
 import faulthandler, random, signal, sys, time
-from snapops.formats.workers import run_all
+from snapops.formats.workers import idle_helpers, run_all
 
 def interrupt(*_):
     raise KeyboardInterrupt
@@ -72,7 +99,7 @@ rng, interrupted = random.Random(3), 0
 for i in range(400):
     signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.00005, 0.002))
     try:
-        run_all(lambda n: time.sleep(0.0001) or n, range(64), 2, "m")
+        run_all(lambda n: time.sleep(0.0001) or n, range(64), 2)
     except KeyboardInterrupt:
         interrupted += 1
     signal.setitimer(signal.ITIMER_REAL, 0)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
+from snapops.formats.workers import idle_helpers
 from snapops.formats.atomic import TrailingDigest
 from snapops.formats.integrity import FastXor
 from snapops.formats.model import Snapshot
@@ -119,7 +120,7 @@ def test_trailing_digest_follows_the_frontier_and_waits_for_the_header(tmp_path)
         os.close(fd)
 
 
-def test_an_abandoned_trailing_digest_ends_its_thread(tmp_path):
+def test_an_abandoned_trailing_digest_frees_its_helper(tmp_path):
     fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT)
     try:
         os.ftruncate(fd, 1 << 20)
@@ -131,13 +132,15 @@ def test_an_abandoned_trailing_digest_ends_its_thread(tmp_path):
             digest.future.result(timeout=10)
     finally:
         os.close(fd)
-    threads_end(("digest",))
+    threads_end()
 
 
-def threads_end(prefixes: tuple[str, ...]) -> None:
+def threads_end() -> None:
+    """The write's own threads ended; the digest helpers (kept for reuse) are all idle."""
     deadline = time.monotonic() + 10
-    while [t for t in threading.enumerate() if t.name.startswith(prefixes)]:
-        assert time.monotonic() < deadline, f"a {prefixes} thread outlived its write"
+    while [t for t in threading.enumerate() if t.name.startswith("wtxt-write")] or \
+            len([t for t in threading.enumerate() if t.name == "helper"]) != idle_helpers():
+        assert time.monotonic() < deadline, "a thread outlived its write, or a helper is busy"
         time.sleep(0.01)
 
 
@@ -175,7 +178,7 @@ def test_a_failure_midway_leaves_nothing_and_no_thread(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         wtxt.save(state(12), tmp_path / "x.wtxt", gen=1, ts=TS, row_blocking=True)
     assert list(tmp_path.iterdir()) == []
-    threads_end(("digest", "wtxt-write"))
+    threads_end()
 
 
 def test_without_fallocate_the_file_is_extended_and_still_exact(tmp_path, keydir, monkeypatch):
