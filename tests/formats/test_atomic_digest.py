@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from snapops.formats.workers import idle_helpers
+
 from snapops.formats.atomic import DigestingFile, Writeback, atomic_write_digest
+from tests.formats.helper_threads import helper_threads, wait_helpers_idle
 
 
 def pieces() -> list[bytes]:
@@ -60,10 +60,6 @@ def test_sequential_files_cannot_seek(tmp_path):
             f.seek(0)
 
 
-def digest_threads() -> int:
-    return len([t for t in threading.enumerate() if t.name == "helper"])
-
-
 def test_a_failed_write_leaves_no_file_and_its_helper_idle(tmp_path):
     for _ in range(5):
         with pytest.raises(RuntimeError, match="disk on fire"):
@@ -71,16 +67,8 @@ def test_a_failed_write_leaves_no_file_and_its_helper_idle(tmp_path):
                 f.write(bytes(2 << 20))
                 raise RuntimeError("disk on fire")
         assert list(tmp_path.iterdir()) == []
-        helpers_idle()
-
-
-def helpers_idle() -> None:
-    """Every helper is back in the idle queue (it goes back once its calls ran)."""
-    deadline = time.monotonic() + 10
-    while digest_threads() != idle_helpers():
-        assert time.monotonic() < deadline, "a digest helper stayed busy"
-        time.sleep(0.005)
-    assert digest_threads() >= 1
+        wait_helpers_idle()
+        assert helper_threads() >= 1
 
 
 def test_helpers_are_reused_and_one_per_concurrent_writer(tmp_path):
@@ -91,16 +79,16 @@ def test_helpers_are_reused_and_one_per_concurrent_writer(tmp_path):
         return f.hexdigest()
 
     write("warm")
-    before = digest_threads()
+    before = helper_threads()
     for n in range(20):
         assert write(f"a{n}") == hashlib.sha256(bytes(4 << 20)).hexdigest()
-    assert digest_threads() == before
+    assert helper_threads() == before
     writers = [threading.Thread(target=write, args=(f"c{n}",)) for n in range(3)]
     for t in writers:
         t.start()
     for t in writers:
         t.join()
-    assert before <= digest_threads() <= before + 3
+    assert before <= helper_threads() <= before + 3
 
 
 INTERRUPTED_WRITES = r"""

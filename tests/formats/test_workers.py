@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from snapops.formats.workers import idle_helpers, run_all
+from snapops.formats.workers import run_all
+from tests.formats.helper_threads import helper_threads, wait_helpers_idle
 
 
 def test_results_come_in_the_items_order_whatever_finishes_first():
@@ -56,28 +57,16 @@ def test_the_first_failure_is_raised_and_later_items_are_skipped():
     with pytest.raises(ValueError, match="item 2 is bad"):
         run_all(fail_at_two, range(200), 2)
     assert 2 in started and len(started) < 200
-    helpers_idle()
-
-
-def helpers_idle() -> None:
-    """Every helper thread is back in the idle queue (it goes back once its calls ran)."""
-    deadline = time.monotonic() + 10
-    while helper_threads() != idle_helpers():
-        assert time.monotonic() < deadline, "a helper stayed busy"
-        time.sleep(0.005)
-
-
-def helper_threads() -> int:
-    return len([t for t in threading.enumerate() if t.name == "helper"])
+    wait_helpers_idle()
 
 
 def test_helpers_are_reused_from_one_map_to_the_next():
     run_all(abs, range(8), 2)
-    helpers_idle()
+    wait_helpers_idle()
     before = helper_threads()
     for _ in range(50):
         assert run_all(abs, range(-4, 4), 2) == [4, 3, 2, 1, 0, 1, 2, 3]
-    helpers_idle()
+    wait_helpers_idle()
     assert helper_threads() == before >= 2
 
 
@@ -88,7 +77,7 @@ def test_nested_maps_each_get_their_own_helpers():
 
 INTERRUPTED_MAPS = r"""
 import faulthandler, random, signal, sys, time
-from snapops.formats.workers import idle_helpers, run_all
+from snapops.formats.workers import run_all
 
 def interrupt(*_):
     raise KeyboardInterrupt

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 from snapops.formats import wtxt
-from snapops.formats.workers import idle_helpers
 from snapops.formats.atomic import TrailingDigest
 from snapops.formats.integrity import FastXor
 from snapops.formats.model import Snapshot
@@ -23,6 +21,7 @@ from snapops.formats.wtxt import _emit
 from snapops.formats.wtxt._grammar import ZERO64, ArrLine
 from snapops.formats.wtxt._prepare import WriteOptions, prepare_arrays
 from snapops.formats.wtxt._rootchain import RootChain
+from tests.formats.helper_threads import wait_helpers_idle
 from tests.reference import wtxt_ref
 
 TS = "2026-01-01T00:00:00Z"
@@ -132,16 +131,7 @@ def test_an_abandoned_trailing_digest_frees_its_helper(tmp_path):
             digest.future.result(timeout=10)
     finally:
         os.close(fd)
-    threads_end()
-
-
-def threads_end() -> None:
-    """The write's own threads ended; the digest helpers (kept for reuse) are all idle."""
-    deadline = time.monotonic() + 10
-    while [t for t in threading.enumerate() if t.name.startswith("wtxt-write")] or \
-            len([t for t in threading.enumerate() if t.name == "helper"]) != idle_helpers():
-        assert time.monotonic() < deadline, "a thread outlived its write, or a helper is busy"
-        time.sleep(0.01)
+    wait_helpers_idle(but_for="wtxt-write")
 
 
 @pytest.mark.parametrize("threads", [1, 2, 5])
@@ -178,7 +168,7 @@ def test_a_failure_midway_leaves_nothing_and_no_thread(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         wtxt.save(state(12), tmp_path / "x.wtxt", gen=1, ts=TS, row_blocking=True)
     assert list(tmp_path.iterdir()) == []
-    threads_end()
+    wait_helpers_idle(but_for="wtxt-write")
 
 
 def test_without_fallocate_the_file_is_extended_and_still_exact(tmp_path, keydir, monkeypatch):
