@@ -276,7 +276,7 @@ class _HashBehind:
             pass
         self._sizes.clear()
         self.bytes = 0
-        give_back(self._helper)
+        give_back(self._helper, now=True)
 
 
 class TrailingDigest:

@@ -61,9 +61,13 @@ def lend_helper() -> Helper:
         return Helper()
 
 
-def give_back(helper: Helper) -> None:
-    """Idle again once it has run every call put so far."""
-    helper.calls.put(functools.partial(_IDLE.put, helper))
+def give_back(helper: Helper, *, now: bool = False) -> None:
+    """Idle again once it has run every call put so far; ``now``: the caller knows they have
+    run (the last may still be returning: a call put next waits that long)."""
+    if now:
+        _IDLE.put(helper)
+    else:
+        helper.calls.put(functools.partial(_IDLE.put, helper))
 
 
 def idle_helpers() -> int:
@@ -87,11 +91,12 @@ def run_all(fn: Callable[[Item], Result], items: Iterable[Item], workers: int) -
     done: queue.SimpleQueue = queue.SimpleQueue()     # (index, ok, result or exception)
     stopped: list[bool] = []         # appended to once: start nothing more
 
-    def work() -> None:
+    def work(helper: Helper) -> None:
         while True:
             try:
                 index, item = todo.get_nowait()
             except queue.Empty:
+                give_back(helper, now=True)     # before the caller goes on: ready for reuse
                 done.put(_FINISHED)
                 return
             if stopped:
@@ -108,9 +113,8 @@ def run_all(fn: Callable[[Item], Result], items: Iterable[Item], workers: int) -
     try:
         for _ in range(min(workers, len(items))):
             helper = lend_helper()
-            helper.calls.put(work)
+            helper.calls.put(functools.partial(work, helper))
             running += 1
-            give_back(helper)
         while running:
             outcome = done.get()
             if outcome is _FINISHED:
