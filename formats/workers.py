@@ -39,6 +39,7 @@ class Helper:
             call = self.calls.get()
             with contextlib.suppress(BaseException):
                 call()
+            del call            # an idle helper holds no piece of anyone's memory
 
 
 _IDLE: queue.SimpleQueue = queue.SimpleQueue()

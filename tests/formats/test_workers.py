@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+import queue
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
-from snapops.formats.workers import run_all
+from snapops.formats.workers import give_back, lend_helper, run_all
 from tests.formats.helper_threads import helper_threads, wait_helpers_idle
 
 
@@ -101,3 +104,22 @@ def test_ctrl_c_anywhere_in_the_caller_never_hangs_the_map():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout) > 200, done.stdout
+
+
+def test_an_idle_helper_holds_no_reference_to_the_last_call():
+    class Piece:
+        def __call__(self) -> None:
+            ran.put(True)
+
+    ran: queue.SimpleQueue = queue.SimpleQueue()
+    helper, piece = lend_helper(), Piece()
+    gone = weakref.ref(piece)
+    helper.calls.put(piece)
+    del piece
+    assert ran.get(timeout=10)
+    give_back(helper, now=True)
+    deadline = time.monotonic() + 10
+    while gone() is not None:       # the helper drops the call as soon as it returned
+        assert time.monotonic() < deadline, "an idle helper keeps its last call alive"
+        gc.collect()
+        time.sleep(0.005)
