@@ -221,7 +221,8 @@ class DigestingFile:
         return digest
 
     def close(self) -> None:
-        """Stop the helper thread (also on errors: the file is being abandoned)."""
+        """Wait for the hashing behind and give its helper back (also on errors: the file is
+        being abandoned)."""
         if self._behind is not None:
             self._behind.stop()
             self._behind = None
