@@ -50,6 +50,11 @@ from .report import Report
 
 DTYPE_NOTE_KEY = "snapops_dtypes_note"
 COMMON_META = ("gen", "ts", "build")
+# What a reader reports about the file it read (WTXT's header: its capabilities, digests and
+# chain; a restore's format and signer), not about the state: a file written from the
+# snapshot has its own, so these are not carried into it.
+FILE_FACTS = frozenset({"format", "caps", "root_pending", "sha256_all", "merkle_prev",
+                        "merkle_this", "fastxor", "keyid", "gen_text", "audit"})
 
 
 @dataclass(frozen=True)
@@ -330,12 +335,14 @@ class SnapshotFormat(ABC):
 
     def stored_snapshot(self, snapshot: Snapshot | Mapping[str, Any], opts: Any) -> Snapshot:
         """What ``_save`` writes: arrays of native dtypes (others as same-width unsigned
-        integers) and meta with gen/ts/build and the ``snapops_dtypes`` record."""
+        integers) and meta with gen/ts/build and the ``snapops_dtypes`` record (not the
+        ``FILE_FACTS`` of a file the snapshot was read from)."""
         snap = Snapshot.coerce(snapshot)
         caps = self.capabilities
         stored, record = (dict(snap.arrays), None) if caps.any_dtype else store_logical(
             snap.arrays, caps.native_dtypes, self.title, self.dtype_record_limit)
-        meta = {k: v for k, v in snap.meta.items() if k not in (DTYPE_META_KEY, DTYPE_NOTE_KEY)}
+        meta = {k: v for k, v in snap.meta.items()
+                if k not in (DTYPE_META_KEY, DTYPE_NOTE_KEY) and k not in FILE_FACTS}
         meta.update(opts.common_meta())
         try:        # gen/ts/build a snapshot carries (a loaded file's) obey the options' rules
             SaveOptions(**{k: meta[k] for k in COMMON_META if k in meta})
