@@ -9,10 +9,15 @@ traceback (``SNAPOPS_DEBUG=1`` re-raises an unexpected one, as the fuzzer does).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
+import signal
 import sys
+import threading
+import time
 
+from snapops import interrupted_at_start, runs_as_the_program
 from snapops.formats.errors import SnapopsError
 
 from ._common import EXIT_INPUT, EXIT_INTERRUPTED, CommandFailed, report_error
@@ -82,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_INPUT
     try:
+        if signal.getsignal(signal.SIGINT) is interrupted_at_start:
+            signal.signal(signal.SIGINT, signal.default_int_handler)   # the command cleans up
         return int(args.func(args) or 0)
     except CommandFailed as exc:
         return exc.code
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        leave_if_wedged(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
@@ -103,3 +111,42 @@ def main(argv: list[str] | None = None) -> int:
         report_error(f"internal error ({type(exc).__name__}: {exc}); please report it, "
                      "with SNAPOPS_DEBUG=1 for the traceback")
         return EXIT_INPUT
+    finally:        # the command is over: a late Ctrl-C has nothing left to stop
+        if runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+WEDGED_AFTER = 5.0     # seconds worker threads get to end after an interrupt
+
+
+def leave_if_wedged(code: int, grace: float | None = None) -> None:
+    """After an interrupt, end this program with ``code`` even when a worker thread cannot
+    end: Python joins every non-daemon thread on its way out, and a Ctrl-C can leave a
+    thread pool's lock taken (CPython raises KeyboardInterrupt just after a ``with lock:``
+    took its lock, gh-74174), so the program would wait forever. Worker threads get
+    ``grace`` seconds (default ``WEDGED_AFTER``; a second Ctrl-C ends the wait); any still
+    running then, the exit hooks run (temporary folders go), the output is flushed and the
+    process ends at once. Only where this process is the ``snapops`` program (a script
+    calling ``main`` keeps its own threads)."""
+    if not runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])):
+        return
+    grace = WEDGED_AFTER if grace is None else grace
+    deadline = time.monotonic() + grace
+    workers = [t for t in threading.enumerate()
+               if t is not threading.current_thread() and not t.daemon]
+    try:
+        for thread in workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:       # pressed again: wait no longer
+        pass
+    if not any(t.is_alive() for t in workers):
+        return
+    print(f"a worker thread did not end within {grace:g} s of the interrupt: leaving "
+          "without it", file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
