@@ -1,9 +1,11 @@
 """Every format converts to every other: a snapshot read from one file is written to each
-format with its arrays bit-exact, and without the facts of the file it was read from (a
-WTXT header's capabilities, digests and chain describe that file, not the new one)."""
+format with its arrays bit-exact and their dtypes (stored or recorded), and without the facts
+of the file it was read from (a WTXT header's capabilities, digests and chain describe that
+file, not the new one)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import snapops
@@ -14,9 +16,15 @@ FORMATS = ["wtxt", "aero", "fold", "pycauset", "finf", "npz", "safetensors", "pt
 
 
 def state() -> dict[str, np.ndarray]:
+    """Native dtypes of every format, and ones some keep only as a recorded dtype."""
     rng = np.random.default_rng(7)
     return {"w": rng.standard_normal((16, 8)).astype(np.float32),
-            "step": np.arange(5, dtype=np.int64), "mask": rng.integers(0, 2, 9, np.uint8)}
+            "step": np.arange(5, dtype=np.int64), "mask": rng.integers(0, 2, 9, np.uint8),
+            "half": rng.standard_normal(6).astype(np.float16),
+            "brain": rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16),
+            "flags": rng.integers(0, 2, 7).astype(bool),
+            "phase": (rng.standard_normal(3) + 1j).astype(np.complex64),
+            "scale": rng.standard_normal(4).astype(ml_dtypes.float8_e4m3fn)}
 
 
 @pytest.fixture(scope="module")
