@@ -139,11 +139,17 @@ def as_numpy(value: Any, name: str = "?") -> np.ndarray:
     return array
 
 
+def little_endian_dtype(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in little-endian byte order (itself when it already is, or has none)."""
+    if dtype.byteorder == ">" or (dtype.byteorder == "=" and not np.little_endian):
+        return dtype.newbyteorder("<")
+    return dtype
+
+
 def little_endian(array: np.ndarray) -> np.ndarray:
     """``array`` with a little-endian dtype (the same array when it already has one)."""
-    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
-        return array.astype(array.dtype.newbyteorder("<"))
-    return array
+    wanted = little_endian_dtype(array.dtype)
+    return array if wanted is array.dtype else array.astype(wanted)
 
 
 def le_contiguous(array: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from .dtypes import DTYPES
 from .errors import DataError, FormatError, LimitError, TruncatedError
 from .iosafe import open_input
 from .limits import DEFAULT_LIMITS, DeclaredLimits, check_member, check_shape
-from .model import ArrayMapping, Snapshot
+from .model import ArrayMapping, Snapshot, little_endian, little_endian_dtype
 from .report import Report
 
 META_MEMBER = "snapops.json"
@@ -161,7 +161,7 @@ class NpzArrays(ArrayMapping):
 
     def spec(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
         dtype, shape, _, _ = self._spec(name)
-        return dtype, shape
+        return little_endian_dtype(dtype), shape
 
     def _spec(self, name: str) -> tuple[np.dtype, tuple[int, ...], int, bool]:
         if name not in self.members:
@@ -202,9 +202,12 @@ class NpzArrays(ArrayMapping):
         if len(data) != nbytes:
             raise TruncatedError(path=self.path, array=name, expected=f"{nbytes} bytes",
                                  got=len(data))
+        # as every reader: C order, little-endian (numpy writes big-endian arrays as they are,
+        # which torch cannot take)
+        array = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C")
         if fortran:     # np.savez of a transposed array: the same values, in C order
-            return np.ascontiguousarray(np.frombuffer(data, dtype).reshape(shape, order="F"))
-        return np.frombuffer(data, dtype).reshape(shape)
+            array = array.copy(order="C")
+        return little_endian(array)
 
     def close(self) -> None:
         self.zip.close()
@@ -269,7 +272,7 @@ def write_npz(out: BinaryIO, snapshot: Snapshot) -> None:
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name in snapshot.sorted_names():
             info = zipfile.ZipInfo(name + ".npy", date_time=_EPOCH)
-            array = np.asarray(snapshot.arrays[name])
+            array = little_endian(np.asarray(snapshot.arrays[name]))   # equal values, equal bytes
             with archive.open(info, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array if array.flags.c_contiguous
                                           else array.copy(order="C"), allow_pickle=False)
