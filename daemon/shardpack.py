@@ -35,7 +35,6 @@ from __future__ import annotations
 import collections
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
@@ -43,6 +42,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from snapops.formats.atomic import atomic_write, atomic_write_bytes, fsync_dir, mapped
 from snapops.formats.errors import GitError
 from snapops.formats.integrity import git_blob_id
+from snapops.formats.workers import HelperPool
 
 from .gitpack import PackWriter, git_delta, index_bytes
 from .safeio import StatKey, open_regular, stat_key
@@ -177,7 +177,7 @@ def write_shard_pack(git_dir: Path, worktree: Path, candidates: list[Candidate],
     done: list[_Prepared] = []
     batch: list[_Prepared] = []
     seen: set[str] = set()
-    with ThreadPoolExecutor(WORKERS, thread_name_prefix="snapops-pack") as pool:
+    with HelperPool(WORKERS) as pool:
         try:
             for p in _in_order(pool, lambda c: _prepare(c, worktree, git_dir, cat_blob,
                                                         has_object), candidates):
@@ -206,7 +206,7 @@ def write_shard_pack(git_dir: Path, worktree: Path, candidates: list[Candidate],
                      sum(len(p.delta) for p in deltas), sum(p.size for p in done))
 
 
-def _in_order(pool: ThreadPoolExecutor, work: Callable, items: list) -> Iterator:
+def _in_order(pool: HelperPool, work: Callable, items: list) -> Iterator:
     """``work(item)`` for each item, in order, with at most one result per worker waiting."""
     pending: collections.deque = collections.deque()
     try:
@@ -224,7 +224,7 @@ def _in_order(pool: ThreadPoolExecutor, work: Callable, items: list) -> Iterator
 
 
 def _pack_batch(git_dir: Path, worktree: Path, batch: list[_Prepared], level: int,
-                pool: ThreadPoolExecutor, cat_blob: Callable[[str, BinaryIO], None],
+                pool: HelperPool, cat_blob: Callable[[str, BinaryIO], None],
                 blob_sizes: Callable[[list[str]], dict[str, int | None]]) -> None:
     """Write one pack of ``batch`` and let git read it back."""
     pack_dir = git_dir / "objects" / "pack"

@@ -9,7 +9,7 @@ Here the caller and the helpers share only ``queue.SimpleQueue`` objects, which 
 and a list used as a flag. Helpers are daemons, kept idle and reused: ``Thread.start`` waits
 on a lock too (a thread started per write turned 1 Ctrl-C in 473 into CPython's
 ``RuntimeError: release unlocked lock``). Pools that stream (a window of futures, callbacks)
-stay executors.
+use :class:`HelperPool`, an ``Executor`` on the same helpers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import functools
 import os
 import queue
 import threading
+from concurrent.futures import Executor, Future
 from typing import Callable, Iterable, TypeVar
 
 Item = TypeVar("Item")
@@ -134,3 +135,85 @@ def run_all(fn: Callable[[Item], Result], items: Iterable[Item], workers: int) -
     if failure is not None:
         raise failure
     return results
+
+
+class HelperPool(Executor):
+    """``ThreadPoolExecutor``'s ``submit``, ``map`` and ``shutdown`` on lent helpers, for
+    pools that stream (a window of futures): up to ``workers`` calls at once, in submission
+    order. ``submit`` takes no Python-level lock (a new Future and a ``SimpleQueue.put``), so
+    a Ctrl-C in it leaves nothing taken; a call is counted as run before its future is set,
+    so ``shutdown(wait=True)`` returns even when a Ctrl-C in the caller's ``result()`` left
+    that future's lock taken (the helper setting it is then lost: a daemon, it cannot hold up
+    the program's exit). Counts are list lengths, which an interrupt between two statements
+    cannot leave wrong by more than the call it interrupted. Idle helpers go back for reuse.
+
+    >>> with HelperPool(2) as pool:
+    ...     [f.result() for f in [pool.submit(pow, 2, n) for n in range(4)]]
+    [1, 2, 4, 8]
+    """
+
+    def __init__(self, workers: int) -> None:
+        self._workers = max(1, workers)
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()    # (future, call) or None
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()     # a call ran: look again
+        self._queued: list[bool] = []
+        self._ran: list[bool] = []
+        self._helpers: list[bool] = []
+        self._closed: list[bool] = []       # appended to once: shut down
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        if self._closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: Future = Future()
+        self._tasks.put((future, functools.partial(fn, *args, **kwargs)))
+        self._queued.append(True)
+        if len(self._helpers) < self._workers:
+            self._helpers.append(True)
+            helper = lend_helper()
+            helper.calls.put(functools.partial(self._serve, helper))
+        return future
+
+    def _serve(self, helper: Helper) -> None:
+        while (task := self._tasks.get()) is not None:
+            future, call = task
+            del task
+            if future.set_running_or_notify_cancel():      # else cancelled while queued
+                try:
+                    result = call()
+                except BaseException as exc:    # the caller sees it through the future
+                    self._counted()
+                    future.set_exception(exc)
+                else:
+                    self._counted()
+                    future.set_result(result)
+                    del result
+            else:
+                self._counted()
+            del future, call
+        give_back(helper, now=True)
+
+    def _counted(self) -> None:
+        self._ran.append(True)
+        self._wake.put(True)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if not self._closed:
+            self._closed.append(True)
+            if cancel_futures:
+                self._cancel_queued()
+            for _ in self._helpers:
+                self._tasks.put(None)
+        while wait and len(self._ran) < len(self._queued):
+            with contextlib.suppress(queue.Empty):
+                self._wake.get(timeout=0.1)
+
+    def _cancel_queued(self) -> None:
+        """Cancel what no helper has started (counted as run here: no helper sees it)."""
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                return
+            if task is not None:
+                task[0].cancel()
+                self._ran.append(True)

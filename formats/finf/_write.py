@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -20,7 +20,7 @@ import numpy as np
 from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..model import Snapshot, as_numpy, le_contiguous
-from ..workers import run_all
+from ..workers import HelperPool, run_all
 from . import _spec as S
 from ._blocks import encode_zstd, md5_checksum, pack_header
 from ._layout import Plan, plan_layout
@@ -81,8 +81,7 @@ def write_file(path: str | os.PathLike, root: Root | None, payloads: list[Payloa
     (``plan.sha256``: the file's SHA-256, computed while writing)."""
     tree = encode_tree(root) if root is not None else b""
     plan = plan_layout(len(tree), [p.size for p in payloads], align=align, reserve=reserve)
-    with ThreadPoolExecutor(max_workers=workers or default_workers(),
-                            thread_name_prefix="finf-md5") as pool:
+    with HelperPool(workers or default_workers()) as pool:
         sums: list[Future | int] = []
         for p in payloads:
             if p.checksum is not None:

@@ -14,7 +14,6 @@ import math
 import os
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator
 
@@ -24,6 +23,7 @@ from ..atomic import atomic_write_digest
 from ..errors import DataError
 from ..integrity import crc32c
 from ..model import Snapshot
+from ..workers import HelperPool
 from . import _arrays as A
 from . import _ecc
 from ._layout import (
@@ -103,7 +103,7 @@ def iter_encoded(pieces: Iterable[tuple[str, str, object]], opts: Options) -> It
         for name, ctype, raw in pieces:
             yield encode_chunk(name, ctype, raw, opts)
         return
-    with ThreadPoolExecutor(opts.workers, thread_name_prefix="fold-write") as pool:
+    with HelperPool(opts.workers) as pool:
         window: deque = deque()
         try:
             for name, ctype, raw in pieces:

@@ -25,7 +25,6 @@ import dataclasses
 import math
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
@@ -35,6 +34,7 @@ from snapops.formats.errors import DataError, FormatError
 from snapops.formats.limits import check_shape
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
+from snapops.formats.workers import HelperPool
 
 from .manifest import ArrayRecord, Manifest, Part, ShardRecord
 from .plan import Shard, content_digest
@@ -96,7 +96,7 @@ def _load_while_verifying(source: Source, run: str, options: GenerationOptions
         except BaseException as exc:     # raised once the verification is known
             errors.append(exc)
 
-    with loader, ThreadPoolExecutor(1, thread_name_prefix="snapops-verify") as pool:
+    with loader, HelperPool(1) as pool:
         verifying = pool.submit(verify_generation, source, run, dataclasses.replace(
             options, on_shard=decode, by_content=loader.load_if_content_matches))
         report = verifying.result()

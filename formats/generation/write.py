@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from snapops.formats.integrity import file_sha256
 from snapops.formats.iosafe import refuse_symlinked
 from snapops.formats.model import Snapshot
 from snapops.formats.registry import handler
-from snapops.formats.workers import run_all
+from snapops.formats.workers import HelperPool, run_all
 
 from .manifest import (
     ArrayRecord, FileRecord, Header, Manifest, Part, Prev, ShardRecord, gen_text, parse_manifest,
@@ -233,8 +232,7 @@ def _write_rank(folder: Path, spec: GenerationSpec, gen: int, ts: str, rank: int
         return path, record, files, share
 
     plans = plan_shards(arrays, spec.shard_max, EXTENSIONS[spec.format], rank_prefix(rank))
-    with ThreadPoolExecutor(in_flight if spec.lfs is None else 1,
-                            thread_name_prefix="snapops-shard") as pool:
+    with HelperPool(in_flight if spec.lfs is None else 1) as pool:
         written = [pool.submit(write_one, plan) for plan in plans]
         stats = {name: pool.submit(partial_stats, array) for name, array in arrays.items()}
         done = [job.result() for job in written]

@@ -27,13 +27,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from snapops.daemon.redact import redact_url
 from snapops.formats.errors import LfsError
+from snapops.formats.workers import HelperPool
 
 MEDIA = "application/vnd.git-lfs+json"
 MAX_JSON = 16 << 20
@@ -152,7 +152,7 @@ class LfsClient:
         for start in range(0, len(objects), BATCH_MAX):
             chunk = objects[start:start + BATCH_MAX]
             items = self.batch("download", chunk)
-            with ThreadPoolExecutor(max(1, workers), thread_name_prefix="lfs-get") as pool:
+            with HelperPool(max(1, workers)) as pool:
                 running = [pool.submit(self._get, oid, size, item, dest(oid), durable)
                            for (oid, size), item in zip(chunk, items)]
             for done in running:

@@ -27,7 +27,6 @@ import shutil
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -51,6 +50,7 @@ from snapops.formats.generation.residual import (
     read_header,
 )
 from snapops.formats.limits import DEFAULT_LIMITS, check_declared
+from snapops.formats.workers import HelperPool
 
 from .client import DOWNLOAD_TEMP, LfsClient
 
@@ -97,7 +97,7 @@ def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.nd
 
     todo = deque(zip(blobs, heads))
     pending: deque = deque()
-    with ThreadPoolExecutor(len(buffers), thread_name_prefix="lfs-residual") as pool:
+    with HelperPool(len(buffers)) as pool:
         def submit(out: np.ndarray) -> None:
             if todo:
                 blob, head = todo.popleft()

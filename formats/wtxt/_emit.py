@@ -26,7 +26,7 @@ import os
 import shutil
 import stat
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -38,6 +38,7 @@ from ..atomic import TrailingDigest, Writeback
 from ..integrity import merkle_link
 from ..keys import keyid
 from ..libc import libc_function
+from ..workers import HelperPool
 from ._grammar import (
     MAGIC, ROOT_PENDING, ZERO16, ZERO64, ArrLine, Meta, Root, expected_caps, format_gen,
 )
@@ -335,7 +336,7 @@ def _write_file(sink: FileSink, arrays: list[PreparedArray], opts: WriteOptions,
         sink.header_written()
         return sha_all, merkle_this, fastxor
 
-    pool = ThreadPoolExecutor(max(1, opts.threads), thread_name_prefix="wtxt-write")
+    pool = HelperPool(max(1, opts.threads))
     try:
         if follow:
             sink.follow(layout.size)

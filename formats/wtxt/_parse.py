@@ -10,7 +10,7 @@ import hashlib
 import hmac as _hmac
 import os
 import threading
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
@@ -19,6 +19,7 @@ import pybase64
 from ..errors import ChecksumError, FormatError, SignatureError, UnsupportedVersionError
 from .._alloc import tune_allocator
 from ..integrity import FastXor, merkle_link
+from ..workers import HelperPool
 from ._chunks import ChunkReader
 from ._grammar import (
     MAGIC, MAX_LINE, ROOT_PENDING, SIGN_RE, ZERO16, ArrLine, Meta, Root, AUDIT_RE,
@@ -317,7 +318,7 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
     gen = header.meta.gen
     total, fx = hashlib.sha256(), FastXor()
     arrays: list[ArrayInfo] = []
-    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wtxt-read")
+    pool = HelperPool(max(1, threads))
     lanes = Lanes(pool)
     deferred = DeferredChecks()
     read_body = _read_array_body if checks.digests else _decode_array_body

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import collections
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from snapops.formats.workers import HelperPool
 
 from ._sources import ArraySource, Layout, SnapshotSource
 
@@ -418,7 +418,7 @@ def diff_snapshots(a: SnapshotSource, b: SnapshotSource, *, a_label: str = "A",
                    key=lambda n: n.encode("utf-8", "surrogatepass"))
     planned = [plan_pair(n, a.arrays.get(n), b.arrays.get(n)) for n in names]
     window: collections.deque = collections.deque()
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="snapops-diff") as pool:
+    with HelperPool(max(1, threads)) as pool:
         for diff, job in planned:
             if job is None:
                 continue

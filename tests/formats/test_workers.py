@@ -1,4 +1,5 @@
-"""``run_all``: a parallel map that a Ctrl-C in the caller cannot wedge (formats.workers)."""
+"""``run_all`` and ``HelperPool``: a parallel map and an executor that a Ctrl-C in the caller
+cannot wedge (formats.workers)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import weakref
 
 import pytest
 
-from snapops.formats.workers import give_back, lend_helper, run_all
+from snapops.formats.workers import HelperPool, give_back, lend_helper, run_all
 from tests.formats.helper_threads import helper_threads, wait_helpers_idle
 
 
@@ -78,32 +79,60 @@ def test_nested_maps_each_get_their_own_helpers():
         [1, 3, 6, 10, 15]
 
 
-INTERRUPTED_MAPS = r"""
+INTERRUPTED = r"""
 import faulthandler, random, signal, sys, time
-from snapops.formats.workers import run_all
+from collections import deque
+from snapops.formats.workers import HelperPool, run_all
 
 def interrupt(*_):
     raise KeyboardInterrupt
 
+def interrupted_runs(run, seed):
+    # 400 runs, each interrupted at a random moment: how many were
+    rng, interrupted = random.Random(seed), 0
+    for i in range(400):
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.00005, 0.002))
+        try:
+            run()
+        except KeyboardInterrupt:
+            interrupted += 1
+        except RuntimeError as exc:     # Future.result interrupted inside Condition.wait
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                raise
+            interrupted += 1
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return interrupted
+
+def streaming(pool):
+    # a window of futures, as the WTXT writer and reader keep
+    try:
+        window = deque()
+        for n in range(64):
+            window.append(pool.submit(lambda n: time.sleep(0.0001) or n, n))
+            if len(window) > 4:
+                window.popleft().result()
+        while window:
+            window.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
 signal.signal(signal.SIGALRM, interrupt)
 faulthandler.dump_traceback_later(60, exit=True)
-rng, interrupted = random.Random(3), 0
-for i in range(400):
-    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.00005, 0.002))
-    try:
-        run_all(lambda n: time.sleep(0.0001) or n, range(64), 2)
-    except KeyboardInterrupt:
-        interrupted += 1
-    signal.setitimer(signal.ITIMER_REAL, 0)
-print(interrupted)
 """
 
 
-def test_ctrl_c_anywhere_in_the_caller_never_hangs_the_map():
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED_MAPS], capture_output=True,
-                          text=True, timeout=120)
+def assert_never_hangs(runs: str) -> None:
+    """``runs`` (source text ending in a call of ``interrupted_runs``) in a child, whose
+    stack is dumped and which exits when anything hangs for 60 s."""
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED + f"print({runs})"],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout) > 200, done.stdout
+
+
+def test_ctrl_c_anywhere_in_the_caller_never_hangs_the_map():
+    assert_never_hangs("interrupted_runs(lambda: run_all(lambda n: time.sleep(0.0001) or n, "
+                       "range(64), 2), 3)")
 
 
 def test_an_idle_helper_holds_no_reference_to_the_last_call():
@@ -123,3 +152,68 @@ def test_an_idle_helper_holds_no_reference_to_the_last_call():
         assert time.monotonic() < deadline, "an idle helper keeps its last call alive"
         gc.collect()
         time.sleep(0.005)
+
+
+# -- HelperPool: the executor of the streaming pools ---------------------------------------
+
+
+def test_a_helper_pool_runs_calls_on_helpers_at_most_workers_at_once():
+    running, most, lock = [0], [0], threading.Lock()
+
+    def note(n):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+        return threading.current_thread().name, n
+
+    with HelperPool(2) as pool:
+        futures = [pool.submit(note, n) for n in range(10)]
+        results = [f.result(timeout=30) for f in futures]
+    assert [n for _, n in results] == list(range(10))
+    assert {name for name, _ in results} == {"helper"} and most[0] == 2
+    with HelperPool(2) as pool:
+        assert list(pool.map(lambda n: n + 1, range(5))) == [1, 2, 3, 4, 5]
+    wait_helpers_idle()
+
+
+def test_a_helper_pool_reports_failures_cancels_what_waits_and_refuses_after_shutdown():
+    gate = threading.Event()
+    pool = HelperPool(1)
+    failing = pool.submit(lambda: 1 / 0)
+    blocking = pool.submit(gate.wait, 30)
+    waiting = [pool.submit(lambda: "never") for _ in range(3)]
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        failing.result(timeout=30)
+    gate.set()
+    pool.shutdown(wait=True, cancel_futures=True)
+    assert blocking.result() is True
+    assert all(f.cancelled() or f.result() == "never" for f in waiting)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print)
+    wait_helpers_idle()
+
+
+def test_shutdown_returns_though_a_ctrl_c_left_a_futures_lock_taken():
+    """What a Ctrl-C inside ``result()`` can leave behind: the future's lock, taken by the
+    caller. The helper then cannot set the future; the pool's shutdown does not wait for
+    that (a ThreadPoolExecutor joins its thread: forever)."""
+    pool = HelperPool(1)
+    started = threading.Event()
+    future = pool.submit(lambda: started.set() or time.sleep(0.05) or 7)
+    assert started.wait(30)
+    future._condition.acquire()          # as if interrupted right after taking it
+    ended = threading.Event()
+    threading.Thread(target=lambda: pool.shutdown(wait=True) or ended.set(),
+                     daemon=True).start()
+    try:
+        assert ended.wait(30), "shutdown waited for a future nobody can set"
+    finally:
+        future._condition.release()
+    assert future.result(timeout=30) == 7
+
+
+def test_ctrl_c_anywhere_in_a_streaming_loop_never_hangs_its_pool():
+    assert_never_hangs("interrupted_runs(lambda: streaming(HelperPool(2)), 5)")
