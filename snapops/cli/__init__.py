@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         report_error(exc)
         return EXIT_INPUT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        leave_if_wedged(EXIT_INTERRUPTED)
-        return EXIT_INTERRUPTED
+        return interrupted()
     except BrokenPipeError:
         return 0
     except OSError as exc:           # a missing folder, a full disk, a permission
@@ -106,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         report_error(f"{where}{exc.strerror or exc}")
         return EXIT_INPUT
     except Exception as exc:         # a bug, but still one line; SNAPOPS_DEBUG=1 shows where
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            # raised by what the Ctrl-C interrupted (concurrent.futures' Condition.wait:
+            # "cannot release un-acquired lock"): the interrupt is what happened
+            return interrupted()
         if os.environ.get("SNAPOPS_DEBUG") == "1":
             raise
         report_error(f"internal error ({type(exc).__name__}: {exc}); please report it, "
@@ -117,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 WEDGED_AFTER = 5.0     # seconds worker threads get to end after an interrupt
+
+
+def interrupted() -> int:
+    print("interrupted", file=sys.stderr)
+    leave_if_wedged(EXIT_INTERRUPTED)
+    return EXIT_INTERRUPTED
 
 
 def leave_if_wedged(code: int, grace: float | None = None) -> None:

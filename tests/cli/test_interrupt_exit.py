@@ -73,3 +73,28 @@ def test_an_interrupt_while_the_program_starts_is_one_line(tmp_path):
     finally:
         proc.kill()
     assert (proc.returncode, out, err) == (130, "", "interrupted\n")
+
+
+@pytest.mark.parametrize("during_interrupt", [True, False])
+def test_an_error_raised_by_what_a_ctrl_c_interrupted_is_the_interrupt(during_interrupt,
+                                                                      monkeypatch, capsys):
+    """CPython's Condition.wait, interrupted at the wrong moment, raises RuntimeError
+    ("cannot release un-acquired lock") in place of the KeyboardInterrupt: exit 130 all the
+    same; the same error outside an interrupt is a bug, reported as one."""
+    import snapops.cli as cli
+
+    def command(args):
+        if not during_interrupt:
+            raise RuntimeError("cannot release un-acquired lock")
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("cannot release un-acquired lock")
+
+    build = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda *a, **k: (
+        lambda parser: parser.set_defaults(func=command) or parser)(build(*a, **k)))
+    assert cli.main([]) == (130 if during_interrupt else 2)
+    err = capsys.readouterr().err
+    assert ("interrupted" in err) == during_interrupt
+    assert ("internal error (RuntimeError" in err) != during_interrupt
