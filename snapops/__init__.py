@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any, Mapping
 
 
 def runs_as_the_program(argv: list[str], orig_argv: list[str]) -> bool:
@@ -38,19 +39,15 @@ def interrupted_at_start(signum, frame) -> None:
     os._exit(130)
 
 
-if runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])):  # before any other import
+if runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])):  # before the heavy imports
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, interrupted_at_start)
-
-from typing import Any, Mapping  # noqa: E402
-
 
 # The program runs no large BLAS work, and OpenBLAS starting a thread per core at numpy's import
 # costs each process (every hook, CLI command, daemon) 0.1 CPU-s. A library import leaves the
 # caller's settings alone.
 if runs_as_the_program(sys.argv, getattr(sys, "orig_argv", [])) and "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 
 from snapops.formats import errors  # noqa: F401
 from snapops.formats.contract import VerifyOptions, WriteResult
