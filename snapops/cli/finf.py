@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import sys
 
-from ._common import EXIT_INPUT, EXIT_OK, add_command
+from ._common import EXIT_INPUT, EXIT_OK, add_command, report_error
 
 
 def run_explode(args) -> int:
@@ -26,6 +28,12 @@ def run_explode(args) -> int:
 def run_implode(args) -> int:
     from snapops.formats.finf import implode
 
+    if os.path.isdir(args.tree_file):       # the folder explode wrote, not its tree file
+        trees = sorted(glob.glob(os.path.join(glob.escape(args.tree_file), "*.finf")), key=len)
+        report_error(f"{args.tree_file} is a folder: give the tree file inside it (DIR/FILE, "
+                     f"e.g. {trees[0] if trees else os.path.join(args.tree_file, 'model.finf')})"
+                     " and OUT")
+        return EXIT_INPUT
     result = implode(args.tree_file, args.out)
     if args.json:
         json.dump(result, sys.stdout, indent=2)

@@ -100,6 +100,11 @@ def test_cli_explode_implode(tmp_path, capsys):
     assert main(["finf", "implode", str(tmp_path / "parts" / "m.finf"),
                  str(tmp_path / "back.finf")]) == 0
     assert (tmp_path / "back.finf").read_bytes() == path.read_bytes()
+    capsys.readouterr()
+    assert main(["finf", "implode", str(tmp_path / "parts"), str(tmp_path / "x.finf")]) == 2
+    assert capsys.readouterr().err == (f"snapops: error: {tmp_path / 'parts'} is a folder: give "
+                                       f"the tree file inside it (DIR/FILE, e.g. "
+                                       f"{tmp_path / 'parts' / 'm.finf'}) and OUT\n")
     bad = tmp_path / "parts" / "bad.finf"
     bad.write_bytes(make_file(tree_with(
         "  w: !ndarray {source: ../m.finf, dtype: uint8, shape: [1]}\n"), []))
