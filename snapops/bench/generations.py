@@ -30,12 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from snapops.bench._measure import model_state
+from snapops.formats.workers import run_all
 
 TS = "2026-01-02T03:04:05Z"
 RUN = "bench"
@@ -131,10 +131,8 @@ class Bench:
         opts = {"hmac_key": self.keys / "hmac.key", "trusted_keys": [self.keys]} \
             if chosen.capabilities.can_hmac else {}
         verify = chosen.verify
-        with ThreadPoolExecutor(2) as pool:
-            sha = _timed(lambda: list(pool.map(file_sha256, self.shards())))
-            own = _timed(lambda: list(pool.map(lambda p: verify(str(p), **opts),
-                                               self.shards())))
+        sha = _timed(lambda: run_all(file_sha256, self.shards(), 2))
+        own = _timed(lambda: run_all(lambda p: verify(str(p), **opts), self.shards(), 2))
         return {"sha256_mb_s": self.mbps(sha), "format_verify_mb_s": self.mbps(own),
                 "hash_floor_mb_s": self.mbps(self.hash_floor())}
 

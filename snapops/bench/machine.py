@@ -29,12 +29,13 @@ import mmap
 import os
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import blake3
 import numpy as np
+
+from snapops.formats.workers import run_all
 
 from ._measure import fmt_bytes, median, run_rounds
 
@@ -67,8 +68,7 @@ def hash_passes(buffers: list, passes: tuple[str, ...], threads: int = 2) -> Non
             (hashlib.sha256(buf) if name == "sha256"
              else blake3.blake3(buf, max_threads=1)).digest()
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, buffers))
+    run_all(work, buffers, threads)
 
 
 def fresh_copy_sha256(buffers: list, threads: int = 2) -> None:
@@ -81,8 +81,7 @@ def fresh_copy_sha256(buffers: list, threads: int = 2) -> None:
             hashlib.sha256(view).digest()
             view.release()
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, buffers))
+    run_all(work, buffers, threads)
 
 
 def _first_touch(src: np.ndarray) -> None:

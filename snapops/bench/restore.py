@@ -71,11 +71,10 @@ def _copy_out(remote: Path, blobs: list[tuple[str, int]], scratch: Path) -> None
     a restore proves its arrays by), one thread per CPU, each copy removed once hashed (as a
     restore releases them)."""
     import mmap
-    from concurrent.futures import ThreadPoolExecutor
-
     from blake3 import blake3
 
     from snapops.formats.looseobject import copy_stored_blob
+    from snapops.formats.workers import run_all
 
     def one(blob: tuple[str, int]) -> None:
         target = scratch / blob[0]
@@ -88,8 +87,7 @@ def _copy_out(remote: Path, blobs: list[tuple[str, int]], scratch: Path) -> None
                     blake3(data).digest()
         target.unlink()
 
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(one, blobs))
+    run_all(one, blobs, os.cpu_count() or 1)
 
 
 def bench_format(work: Path, fmt: str, size: int, rounds: int) -> dict:
