@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import snapops
 from snapops.cli import main
-from snapops.formats.contract import FILE_FACTS
+from snapops.formats.contract import DTYPE_NOTE_KEY, FILE_FACTS
 
 FORMATS = ["wtxt", "aero", "fold", "pycauset", "finf", "npz", "safetensors", "pt"]
 
@@ -33,7 +33,11 @@ def sources(tmp_path_factory):
     first = folder / "first.wtxt"
     snapops.save(state(), first, gen=3, row_blocking=True)
     read = snapops.load(first)                   # carries the WTXT file's header facts
-    assert FILE_FACTS & set(read.meta)
+    # every header field is either a file fact or describes the state (a new field must be
+    # sorted into one or the other)
+    assert set(read.meta) - FILE_FACTS - {DTYPE_NOTE_KEY} == \
+        {"schema", "gen", "ts", "build", "host", "cuda"}
+    assert FILE_FACTS <= set(read.meta)
     paths = {}
     for fmt in FORMATS:
         paths[fmt] = folder / f"source.{fmt}"
