@@ -7,6 +7,9 @@
  *   decode_lines also decodes the full lines, a block of them at a time, with libbase64.
  * - Residuals of the LFS store: byte planes unshuffled and XORed into the items of the base
  *   (unshuffle_xor) in one sequential pass, where numpy made one strided pass per plane.
+ * - The same residuals compressed: a zstd sequence producer (zero_run_sequences) that parses a
+ *   block as literals except for its runs of zeros, which zstd's match finders cut into many
+ *   short matches that decode several times slower than Huffman-coded literals.
  * - Loose git objects stored without compression: the deflate "stored" blocks of a window
  *   checked and their contents joined at its front (join_stored_blocks), where a Python loop
  *   held the GIL for every 32 KiB block of a restore's shards.
@@ -303,6 +306,61 @@ static PyObject *unshuffle_xor(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A zstd sequence producer (ZSTD_sequenceProducer_F of libzstd 1.5.x, registered with
+ * ZSTD_registerSequenceProducer): the block is literals, except that every run of at least
+ * ZERO_RUN zero bytes becomes its first zero (a literal) and a match of offset 1 for the rest.
+ * zstd Huffman-codes the literals. Every such run holds an aligned 8-byte zero word, so the
+ * block is scanned a word at a time. The last sequence is the block delimiter (offset 0,
+ * match length 0) with the trailing literals. Returns the number of sequences, or
+ * (size_t)-1 (ZSTD_SEQUENCE_PRODUCER_ERROR) when they would not fit. */
+#define ZERO_RUN 16
+typedef struct { unsigned int offset, litLength, matchLength, rep; } zstd_sequence;
+
+static size_t zero_run_sequences(void *state, zstd_sequence *out, size_t capacity,
+                                 const void *src, size_t size, const void *dict,
+                                 size_t dict_size, int level, size_t window)
+{
+    const unsigned char *p = src;
+    size_t count = 0, literals_from = 0, at = 0;
+    (void)state; (void)dict; (void)dict_size; (void)level; (void)window;
+    while (at + 8 <= size) {
+        uint64_t word;
+        memcpy(&word, p + at, 8);
+        if (word) {
+            at += 8;
+            continue;
+        }
+        size_t start = at, end = at + 8;
+        while (start > literals_from && p[start - 1] == 0)
+            start--;
+        while (end < size && p[end] == 0)
+            end++;
+        if (end - start >= ZERO_RUN) {
+            if (count + 2 > capacity)
+                return (size_t)-1;
+            out[count].offset = 1;
+            out[count].litLength = (unsigned int)(start + 1 - literals_from);
+            out[count].matchLength = (unsigned int)(end - start - 1);
+            out[count].rep = 0;
+            count++;
+            literals_from = end;
+        }
+        at = end + 7 - (end + 7) % 8;       /* the next aligned word */
+    }
+    if (count + 1 > capacity)
+        return (size_t)-1;
+    out[count].offset = 0;
+    out[count].litLength = (unsigned int)(size - literals_from);
+    out[count].matchLength = 0;
+    out[count].rep = 0;
+    return count + 1;
+}
+
+static PyObject *zero_run_producer(PyObject *self, PyObject *args)
+{
+    return PyLong_FromVoidPtr((void *)zero_run_sequences);
+}
+
 /* The stored deflate blocks at the start of buf[0:got]: each a header byte (BFINAL in bit 0,
  * BTYPE 00 in bits 1-2), LEN and NLEN little-endian with NLEN == ~LEN, then LEN bytes. Their
  * contents are moved together to the front of buf, block by block, up to the first block
@@ -380,6 +438,10 @@ static PyMethodDef methods[] = {
     {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
      "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
      "for the n items of two contiguous buffers of the same length (a whole number of items)."},
+    {"zero_run_producer", zero_run_producer, METH_NOARGS,
+     "zero_run_producer() -> int: the address of a zstd sequence producer\n"
+     "(ZSTD_sequenceProducer_F) that makes each run of 16 or more zero bytes a match of\n"
+     "offset 1 and everything else literals."},
     {"join_stored_blocks", join_stored_blocks, METH_VARARGS,
      "join_stored_blocks(buf, got) -> (consumed, filled, blocks, final) or None: move the\n"
      "contents of the stored deflate blocks in buf[:got] together to its front, up to the\n"
@@ -391,7 +453,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
     "Byte kernels: WTXT base64 lines, built, checked and decoded (see wtxt/_lines.py),\n"
-    "residual unshuffling (see generation/residual.py) and stored deflate blocks (see\n"
+    "residual unshuffling and parsing for zstd (see generation/residual.py) and stored deflate blocks (see\n"
     "looseobject.py), each in one pass with the GIL released.", -1, methods,
     NULL, NULL, NULL, NULL,
 };

@@ -1,4 +1,4 @@
-"""One zstd frame decoded straight into a caller's buffer.
+"""One zstd frame decoded straight into a caller's buffer, or written with a parse of our own.
 
 python-zstandard's decompressors return new bytes, or stream through an internal window
 buffer and copy every block out of it. libzstd's one-shot ``ZSTD_decompressDCtx`` writes a
@@ -10,6 +10,12 @@ thread and the GIL released (cffi releases it around each call). An LFS-store re
 Where that backend cannot be imported, :func:`decode_frame_into` returns None and the caller
 streams as before.
 
+:class:`FrameWriter` writes one frame through ``ZSTD_compressStream2``, optionally with a
+sequence producer in place of zstd's match finders: the residuals of the LFS store are parsed
+by one in C (``formats/_kernels.c``: literals, and runs of zeros as matches), which decodes
+twice as fast as zstd's own parse of their carry planes, in fewer bytes
+(``formats/generation/residual.py``).
+
 >>> import zstandard
 >>> out = bytearray(5)
 >>> decode_frame_into(zstandard.ZstdCompressor().compress(b"hello"), out), bytes(out)
@@ -19,13 +25,16 @@ streams as before.
 from __future__ import annotations
 
 import threading
+from typing import BinaryIO
+
+import zstandard
 
 try:
     from zstandard.backend_cffi import ffi, lib
 except ImportError:          # no cffi: callers stream
     ffi = lib = None
 
-__all__ = ["FrameError", "decode_frame_into"]
+__all__ = ["FrameError", "FrameWriter", "decode_frame_into"]
 
 _local = threading.local()
 
@@ -62,15 +71,110 @@ def decode_frame_into(src, out) -> int | None:
     return written
 
 
-def _context():
-    dctx = getattr(_local, "dctx", None)
-    if dctx is None:
-        made = lib.ZSTD_createDCtx()
+def _context(kind: str = "D"):
+    """This thread's libzstd context, ``D`` (decompression) or ``C`` (compression): reused,
+    so a compressor's worker threads start once."""
+    context = getattr(_local, kind, None)
+    if context is None:
+        made = getattr(lib, f"ZSTD_create{kind}Ctx")()
         if made == ffi.NULL:
-            raise MemoryError("libzstd could not make a decompression context")
-        dctx = _local.dctx = ffi.gc(made, lib.ZSTD_freeDCtx)
-    return dctx
+            raise MemoryError(f"libzstd could not make a ZSTD_{kind}Ctx")
+        context = ffi.gc(made, getattr(lib, f"ZSTD_free{kind}Ctx"))
+        setattr(_local, kind, context)
+    return context
 
 
 def _reason(code: int) -> str:
     return ffi.string(lib.ZSTD_getErrorName(code)).decode("ascii", "replace")
+
+
+class FrameWriter:
+    """One zstd frame of exactly ``size`` bytes of input (declared in its header), written to
+    ``out`` as it is compressed. ``producer``: the address of a C sequence producer
+    (``ZSTD_sequenceProducer_F``) that parses every block in place of zstd's match finders,
+    on the calling thread (libzstd runs no producer on worker threads); else, or where
+    libzstd lacks that API, zstd's own parse at ``level`` on ``threads`` workers (as
+    python-zstandard writes it when the cffi backend is missing). Deterministic: the same
+    input gives the same frame. A context manager; leaving it without an error ends the
+    frame.
+
+    >>> import io
+    >>> out = io.BytesIO()
+    >>> with FrameWriter(out, 8, threads=2) as frame:
+    ...     frame.write(b"noise..."[:4]); frame.write(bytes(4))
+    >>> zstandard.ZstdDecompressor().decompress(out.getvalue())
+    b'nois\\x00\\x00\\x00\\x00'
+    """
+
+    OUT_SIZE = 1 << 20
+
+    def __init__(self, out: BinaryIO, size: int, *, level: int = 1, threads: int = 0,
+                 producer: int | None = None) -> None:
+        self.out = out
+        self._stream = None
+        if lib is None:
+            self._stream = zstandard.ZstdCompressor(
+                level=level, threads=threads, write_content_size=True).stream_writer(
+                out, size=size, closefd=False)
+            return
+        cctx = self._cctx = _context("C")
+        _check(lib.ZSTD_CCtx_reset(cctx, lib.ZSTD_reset_session_and_parameters))
+        _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_contentSizeFlag, 1))
+        _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, level))
+        if producer is not None and hasattr(lib, "ZSTD_registerSequenceProducer"):
+            lib.ZSTD_registerSequenceProducer(
+                cctx, ffi.NULL, ffi.cast("ZSTD_sequenceProducer_F", producer))
+            # libzstd checks every parse (a few sequences per block: cheap); a parse that
+            # is not valid, or a producer's error, fails the frame instead of writing it
+            _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_validateSequences, 1))
+            _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_enableSeqProducerFallback, 0))
+        else:
+            _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_nbWorkers, threads))
+        _check(lib.ZSTD_CCtx_setPledgedSrcSize(cctx, size))
+        self._buffer = bytearray(self.OUT_SIZE)
+        self._in = ffi.new("ZSTD_inBuffer *")
+        self._out = ffi.new("ZSTD_outBuffer *")
+
+    def __enter__(self) -> "FrameWriter":
+        return self
+
+    def __exit__(self, kind, *_exc) -> None:
+        if kind is None:
+            self.close()
+
+    def write(self, data) -> None:
+        if self._stream is not None:
+            self._stream.write(data)
+        elif len(data):
+            self._run(data, lib.ZSTD_e_continue)
+
+    def close(self) -> None:
+        """End the frame (a size other than the declared one fails here, if not before)."""
+        if self._stream is not None:
+            self._stream.close()
+        else:
+            self._run(b"", lib.ZSTD_e_end)
+
+    def _run(self, data, mode) -> None:
+        """Feed ``data`` (all of it) with ``mode``; at the end, until libzstd has nothing
+        left to write."""
+        source = ffi.from_buffer(data)
+        target = ffi.from_buffer(self._buffer)
+        try:
+            self._in.src, self._in.size, self._in.pos = source, len(data), 0
+            while True:
+                self._out.dst, self._out.size, self._out.pos = target, len(self._buffer), 0
+                left = _check(lib.ZSTD_compressStream2(self._cctx, self._out, self._in, mode))
+                if self._out.pos:
+                    self.out.write(memoryview(self._buffer)[:self._out.pos])
+                if self._in.pos == self._in.size and (mode == lib.ZSTD_e_continue or not left):
+                    return
+        finally:
+            ffi.release(source)
+            ffi.release(target)
+
+
+def _check(code: int) -> int:
+    if lib.ZSTD_isError(code):
+        raise FrameError(_reason(code))
+    return code
