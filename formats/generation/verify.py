@@ -259,7 +259,8 @@ def _check_shards(source: Source, run: str, manifest: Manifest, options: Generat
             if keys[shard.path] in memo:
                 options.on_shard(shard.path)
 
-    checked = run_all(one, fresh, options.workers)
+    checked = run_all(one, fresh, min(options.workers,
+                                      getattr(source, "shards_at_once", options.workers)))
     for shard_report in known + checked:
         report.raw_bytes += shard_report.raw_bytes
         report.notes += shard_report.notes

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -81,6 +84,40 @@ def test_round_trip_every_format_exact_dtypes_and_names(tmp_path, keys, fmt):
     assert len(records["blocks.0.attn.in_proj_weight"].parts) == 3  # 3 KiB over 1 KiB shards
     assert snap.meta["gen"] == 1 and snap.meta["keyid"] == written.manifest.header.keyid
 
+
+
+class _CountingSource(FolderSource):
+    """A folder whose shard files are handed out slowly, counting how many at once."""
+
+    def __init__(self, root, shards_at_once):
+        super().__init__(root)
+        self.shards_at_once, self.open, self.most = shards_at_once, 0, 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def file(self, path, **kw):
+        with self._lock:
+            self.open += 1
+            self.most = max(self.most, self.open)
+        try:
+            time.sleep(0.02)
+            with super().file(path, **kw) as local:
+                yield local
+        finally:
+            with self._lock:
+                self.open -= 1
+
+
+@pytest.mark.parametrize("at_once", [1, 2])
+def test_a_source_that_rebuilds_shards_bounds_how_many_are_checked_at_once(tmp_path, keys,
+                                                                            at_once):
+    """An LFS source rebuilds each shard on decoding helpers of its own and asks for two at
+    a time (``shards_at_once``); the verifier's own limit (3) applies to the others."""
+    commit_gen(tmp_path, spec(keys, "aero"), 1, state())
+    source = _CountingSource(tmp_path, at_once)
+    snap = load_from_source(source, "run1", options=opts(keys, workers=3))
+    assert snap["step"].tolist() == 1
+    assert source.most == at_once
 
 
 @pytest.mark.parametrize("fmt", ["wtxt", "aero"])
