@@ -146,6 +146,9 @@ PARSED = {
     "runs across and at the ends of blocks": _runs_of_zeros(
         3 * BLOCK + 77, [(BLOCK - 40, 100), (2 * BLOCK - 16, 16), (2 * BLOCK, 16),
                          (3 * BLOCK + 60, 17)]),
+    "long runs after shorter, equal and longer ones": _runs_of_zeros(
+        9_000, [(10, 32), (100, 33), (200, 34), (300, 31), (400, 40), (500, 35), (600, 90),
+                (2000, 60), (3000, 16), (4000, 200), (8000, 1000)]),
     "carries of small steps": np.random.default_rng(2).choice(
         np.array([0, 1, 3, 7, 15, 31], np.uint8), 1 << 20,
         p=[0.8, 0.1, 0.05, 0.03, 0.015, 0.005]).tobytes(),
