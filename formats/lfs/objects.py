@@ -89,7 +89,9 @@ def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.nd
              path: str) -> Iterator[tuple[ResidualHeader, np.ndarray]]:
     """Each residual's header and decompressed planes, in order, decoded ``len(buffers)`` at
     a time on a thread pool, each into one of ``buffers`` (each at least as long as the
-    longest target): a yielded array is valid until the next one is asked for."""
+    longest target): a yielded array is valid until the next one is asked for. The first
+    item is None, yielded as soon as the first decodes are under way (the caller reads its
+    base meanwhile)."""
     def decode(blob: Path, head: ResidualHeader, out: np.ndarray) -> np.ndarray:
         with open(blob, "rb") as f:
             f.seek(HEADER.size)
@@ -105,6 +107,7 @@ def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.nd
 
         for out in buffers:
             submit(out)
+        yield None
         while pending:
             head, out, planes = pending.popleft()
             yield head, planes.result()
@@ -424,13 +427,14 @@ class ObjectStore:
         each into one of the remaining buffers, while one is combined."""
         data, scratch, decoding = buffers[0], buffers[1], buffers[2:]
         length = start.stat().st_size
-        # lengths differ by a few header bytes from generation to generation: one buffer as
-        # long as the longest, grown in place, costs less than a copy per step
-        with open(start, "rb") as f:
-            if f.readinto(memoryview(data)[:length]) != length:
-                raise FormatError("cached shard changed while read", path=path,
-                                  check="lfs", expected=f"{length} bytes", got="fewer")
         with contextlib.closing(_decoded(blobs, heads, decoding, path)) as decoded:
+            next(decoded)                   # the residuals are being decoded: read the base
+            # lengths differ by a few header bytes from generation to generation: one buffer
+            # as long as the longest, grown in place, costs less than a copy per step
+            with open(start, "rb") as f:
+                if f.readinto(memoryview(data)[:length]) != length:
+                    raise FormatError("cached shard changed while read", path=path,
+                                      check="lfs", expected=f"{length} bytes", got="fewer")
             first = 0
             for count, common in plane_runs(length, heads):
                 size, first = heads[first].itemsize, first + count
