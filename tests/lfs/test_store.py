@@ -185,12 +185,13 @@ def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsiz
     assert one_by_one == files[-1]
 
 
-@pytest.mark.parametrize("where,check", [(0.5, "residual-digest"), (0.9, "residual")])
+@pytest.mark.parametrize("where,check", [(0.2, "residual-digest"), (0.9, "residual")])
 def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_path, where,
                                                                           check):
-    """A flipped byte decodes to the wrong shard (refused by its digest) or is not valid zstd
-    (refused while decoding, into the cache file's mapped pages): either way nothing enters
-    the cache and no temp file is left."""
+    """A flipped byte in the low planes (random bytes, stored as raw literals: the first part
+    of the frame) decodes to the wrong shard (refused by its digest); one in the coded planes
+    is not valid zstd (refused while decoding, into the cache file's mapped pages): either way
+    nothing enters the cache and no temp file is left."""
     store = ObjectStore(tmp_path / "cache")
     records, _ = _chain(store, [40_000, 40_000, 40_000])
     blob = store.path(records[3].object)
