@@ -47,7 +47,6 @@ ITEMSIZES = (1, 2, 4, 8)
 LEVEL = 1          # without the producer: level 3 is 1.5x slower here for the same size
 THREADS = 2
 CHUNK_ITEMS = 1 << 20   # items per chunk of a plane on its way to the compressor
-TAIL_MAX = 4096      # bytes a PlaneRun follows one residual at a time
 FRAME_HEADER_MAX = 18   # bytes of a zstd frame header at most (ZSTD_FRAMEHEADERSIZE_MAX)
 _local = threading.local()
 
@@ -184,94 +183,6 @@ def apply_planes(base: np.ndarray, head: ResidualHeader, planes: np.ndarray) -> 
     unshuffle_xor(base[:whole], planes[:whole], size)
     base[whole:] ^= planes[whole:]
     return base
-
-
-class PlaneRun:
-    """Several residuals of one item size applied to a base in one unshuffling pass. XOR is
-    associative, so over the bytes that none of them cuts (``common``: at most the base's and
-    every target's length, whole items) their planes are XORed together (contiguous, cheap)
-    and unshuffled into the base once at the end (:func:`apply_planes`, the one pass that is
-    not contiguous); the few bytes past ``common`` (``TAIL_MAX`` at most: lengths differ by a
-    few header bytes from generation to generation) follow each residual's cut or zero
-    padding one by one.
-
-    >>> shards = [bytes(range(k, k + n)) for k, n in ((0, 12), (7, 11), (9, 13))]
-    >>> residuals = [encode_residual(a, b, itemsize=4) for a, b in zip(shards, shards[1:])]
-    >>> data = np.zeros(16, np.uint8); data[:12] = list(shards[0])
-    >>> run = PlaneRun(data, 12, itemsize=4, common=8)
-    >>> for r in residuals:
-    ...     run.add(*residual_planes(r))
-    >>> bytes(data[:run.finish(data)]) == shards[2]
-    True
-    """
-
-    def __init__(self, base: np.ndarray, length: int, *, itemsize: int, common: int,
-                 scratch: np.ndarray | None = None) -> None:
-        """``scratch``: a uint8 buffer of at least ``common`` bytes to combine the planes in
-        (a caller restoring many shards reuses one)."""
-        if common % itemsize or common > length:
-            raise ValueError("common must be whole items within the base")
-        self.itemsize, self.common, self.added = itemsize, common, False
-        if scratch is None:
-            scratch = np.empty(common, np.uint8)
-        self.acc = scratch[:common].reshape(itemsize, common // itemsize)
-        self.tail = base[common:length].copy()
-        self.length = length
-
-    def add(self, head: ResidualHeader, planes: np.ndarray) -> None:
-        """Fold in the next residual (its ``planes`` are read now, not kept)."""
-        size, common = self.itemsize, self.common
-        if head.itemsize != size or not common <= head.target_length <= common + TAIL_MAX + 8:
-            raise ValueError("residual outside this run (see plane_runs)")
-        n = head.target_length // size
-        rows = planes[:n * size].reshape(size, n)[:, :common // size]
-        if self.added:
-            np.bitwise_xor(self.acc, rows, out=self.acc)
-        else:
-            self.acc[...] = rows
-            self.added = True
-        tail = np.zeros(head.target_length - common, np.uint8)
-        keep = min(len(tail), len(self.tail))
-        tail[:keep] = self.tail[:keep]
-        at = np.arange(common, head.target_length)
-        tail ^= planes[np.where(at < n * size, at % size * n + at // size, at)]
-        self.tail, self.length = tail, head.target_length
-
-    def finish(self, data: np.ndarray) -> int:
-        """Apply the run to ``data`` (the base's buffer, at least as long as the last target);
-        the new length."""
-        common = self.common
-        if self.added:
-            apply_planes(data[:common], ResidualHeader(self.itemsize, common, common, "", "", 0),
-                         self.acc.reshape(-1))
-        data[common:self.length] = self.tail
-        return self.length
-
-
-def plane_runs(length: int, heads: list[ResidualHeader]) -> list[tuple[int, int | None]]:
-    """How a chain of residuals (``heads`` in order, applied to a base of ``length`` bytes)
-    splits into :class:`PlaneRun` s: ``(count, common)`` per run, in order; ``common`` is None
-    for a residual applied on its own (its item size or length is far from its neighbours').
-
-    >>> h = lambda n, size=4: ResidualHeader(size, n, 0, "", "", 0)
-    >>> plane_runs(1000, [h(1003), h(998), h(1001), h(1001, 2), h(90000)])
-    [(3, 996), (1, None), (1, None)]
-    """
-    runs: list[tuple[int, int | None]] = []
-    i = 0
-    while i < len(heads):
-        size, low, high, j = heads[i].itemsize, length, length, i
-        while j < len(heads) and heads[j].itemsize == size and \
-                max(high, heads[j].target_length) - min(low, heads[j].target_length) <= TAIL_MAX:
-            low, high = min(low, heads[j].target_length), max(high, heads[j].target_length)
-            j += 1
-        if j - i < 2:
-            runs.append((1, None))
-            j = i + 1
-        else:
-            runs.append((j - i, low // size * size))
-        length, i = heads[j - 1].target_length, j
-    return runs
 
 
 def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,

@@ -14,13 +14,11 @@ from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
 from snapops.formats.generation.residual import (
     HEADER,
-    TAIL_MAX,
     ResidualHeader,
     apply_planes,
     decode_residual,
     decompress_planes,
     encode_residual,
-    plane_runs,
     read_header,
 )
 from snapops.formats.lfs.objects import ObjectStore
@@ -154,14 +152,6 @@ def test_payload_longer_than_declared_refused():
     with pytest.raises(FormatError, match="beyond its declared length"):
         decode_residual(base, head + payload)
     assert struct.calcsize("<4sBBHQQ32s32sQ") == HEADER.size == 96
-
-
-def test_plane_runs_group_residuals_of_one_item_size_and_close_lengths():
-    h = lambda n, size=4: ResidualHeader(size, n, 0, "", "", 0)  # noqa: E731
-    assert plane_runs(100, [h(100), h(104), h(97)]) == [(3, 96)]
-    assert plane_runs(100, [h(100), h(100 + TAIL_MAX + 1)]) == [(1, None), (1, None)]
-    assert plane_runs(100, [h(100), h(100, 2), h(100, 2)]) == [(1, None), (2, 100)]
-    assert plane_runs(100, []) == []
 
 
 def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
