@@ -167,6 +167,22 @@ def test_the_zero_run_parse_passes_libzstds_validation_and_decodes_exactly(name)
     assert zstandard.frame_content_size(blob) == len(data)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_the_zero_run_parse_is_exact_on_random_runs_of_zeros(seed):
+    """Random sizes up to three blocks, zero runs of geometric lengths (1 to thousands) at
+    random places, sometimes touching each other or a block's end."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(0, 3 * BLOCK + 100))
+    data = rng.integers(1, 256, size, dtype=np.uint8)
+    for _ in range(int(rng.integers(0, 200))):
+        if size:
+            start = int(rng.integers(0, size))
+            data[start:start + int(rng.geometric(1 / rng.choice([4, 40, 400])))] = 0
+    data = data.tobytes()
+    blob = _written(data, producer=zero_run_producer(), chunk=int(rng.integers(1, 1 << 18)))
+    assert zstandard.ZstdDecompressor().decompress(blob) == data
+
+
 def test_the_zero_run_parse_is_deterministic_and_beats_zstds_own_on_carries():
     data = PARSED["carries of small steps"]
     ours = _written(data, producer=zero_run_producer())
