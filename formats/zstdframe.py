@@ -71,17 +71,21 @@ def decode_frame_into(src, out) -> int | None:
     return written
 
 
-def _context(kind: str = "D"):
-    """This thread's libzstd context, ``D`` (decompression) or ``C`` (compression): reused,
-    so a compressor's worker threads start once."""
-    context = getattr(_local, kind, None)
-    if context is None:
-        made = getattr(lib, f"ZSTD_create{kind}Ctx")()
-        if made == ffi.NULL:
-            raise MemoryError(f"libzstd could not make a ZSTD_{kind}Ctx")
-        context = ffi.gc(made, getattr(lib, f"ZSTD_free{kind}Ctx"))
-        setattr(_local, kind, context)
-    return context
+def _new_context(kind: str):
+    """A new libzstd context, ``D`` (decompression) or ``C`` (compression), freed with its
+    last reference."""
+    made = getattr(lib, f"ZSTD_create{kind}Ctx")()
+    if made == ffi.NULL:
+        raise MemoryError(f"libzstd could not make a ZSTD_{kind}Ctx")
+    return ffi.gc(made, getattr(lib, f"ZSTD_free{kind}Ctx"))
+
+
+def _context():
+    """This thread's decompression context (each call uses it from start to end)."""
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = _new_context("D")
+    return dctx
 
 
 def _reason(code: int) -> str:
@@ -117,8 +121,7 @@ class FrameWriter:
                 level=level, threads=threads, write_content_size=True).stream_writer(
                 out, size=size, closefd=False)
             return
-        cctx = self._cctx = _context("C")
-        _check(lib.ZSTD_CCtx_reset(cctx, lib.ZSTD_reset_session_and_parameters))
+        cctx = self._cctx = _new_context("C")     # its own: a frame spans many calls
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_contentSizeFlag, 1))
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, level))
         if producer is not None and hasattr(lib, "ZSTD_registerSequenceProducer"):

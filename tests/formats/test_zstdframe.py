@@ -193,6 +193,22 @@ def test_the_zero_run_parse_is_deterministic_and_beats_zstds_own_on_carries():
     assert len(ours) < 0.9 * len(zstds)
 
 
+def test_two_frames_written_at_once_on_one_thread_stay_apart():
+    import io
+
+    one, two = PARSED["carries of small steps"], PARSED["random"]
+    outs = io.BytesIO(), io.BytesIO()
+    first = FrameWriter(outs[0], len(one), producer=zero_run_producer())
+    second = FrameWriter(outs[1], len(two), level=1, threads=2)
+    for at in range(0, max(len(one), len(two)), 100_000):
+        first.write(one[at:at + 100_000])
+        second.write(two[at:at + 100_000])
+    first.close()
+    second.close()
+    assert zstandard.ZstdDecompressor().decompress(outs[0].getvalue()) == one
+    assert zstandard.ZstdDecompressor().decompress(outs[1].getvalue()) == two
+
+
 def test_a_frame_of_another_length_than_declared_fails():
     import io
 
