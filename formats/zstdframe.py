@@ -37,6 +37,9 @@ except ImportError:          # no cffi: callers stream
 __all__ = ["FrameError", "FrameWriter", "decode_frame_into"]
 
 _local = threading.local()
+# what a sequence producer needs of libzstd (1.5.5 and later, through the cffi backend)
+_PRODUCER_API = ("ZSTD_registerSequenceProducer", "ZSTD_c_validateSequences",
+                 "ZSTD_c_enableSeqProducerFallback")
 
 
 class FrameError(ValueError):
@@ -124,7 +127,7 @@ class FrameWriter:
         cctx = self._cctx = _new_context("C")     # its own: a frame spans many calls
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_contentSizeFlag, 1))
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, level))
-        if producer is not None and hasattr(lib, "ZSTD_registerSequenceProducer"):
+        if producer is not None and all(hasattr(lib, name) for name in _PRODUCER_API):
             lib.ZSTD_registerSequenceProducer(
                 cctx, ffi.NULL, ffi.cast("ZSTD_sequenceProducer_F", producer))
             # libzstd checks every parse (a few sequences per block: cheap); a parse that

@@ -220,6 +220,14 @@ def test_a_frame_of_another_length_than_declared_fails():
             frame.write(bytes(11))
 
 
+def test_without_libzstds_producer_api_zstds_own_parse_writes_the_frame(monkeypatch):
+    data = PARSED["carries of small steps"]
+    monkeypatch.setattr(zstdframe, "_PRODUCER_API", ("ZSTD_no_such_function",))
+    blob = _written(data, producer=zero_run_producer(), threads=2)
+    assert zstandard.ZstdDecompressor().decompress(blob) == data
+    assert blob == _written(data, level=1, threads=2)       # level 1, not our parse
+
+
 def test_without_the_cffi_backend_python_zstandard_writes_the_frame(monkeypatch):
     data = PARSED["runs of 15, 16, 17 and 64 at odd places"]
     monkeypatch.setattr(zstdframe, "lib", None)
