@@ -63,7 +63,8 @@ LOCATING = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"
             "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE",
             "GIT_QUARANTINE_PATH", "GIT_PREFIX")
 SUMMARY_LINES = 4
-SUMMARY_CHARS = 600
+SUMMARY_CHARS = 800
+REMOTE_LINES = 3      # the first "remote:" lines a summary keeps from the middle of git's output
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
 _READ = 1 << 16
@@ -220,8 +221,9 @@ def ref_lines(stdout: bytes) -> list[str]:
 
 
 def summarize(result: GitResult, redact: Mapping[str, str] | None = None) -> str:
-    """The last few meaningful lines git printed (stderr, then stdout) on one line, or how
-    it ended; progress lines (ended by CR) are left out."""
+    """The last few meaningful lines git printed (stderr, then stdout) on one line, with the
+    server's first few ``remote:`` lines among them, or how it ended; progress lines (ended
+    by CR) are left out."""
     lines: list[str] = []
     for data in (result.stderr, result.stdout):
         text = data.decode("utf-8", "replace")
@@ -238,7 +240,11 @@ def summarize(result: GitResult, redact: Mapping[str, str] | None = None) -> str
     elif not lines:
         lines = [f"exit status {result.returncode}"]
     if len(lines) > SUMMARY_LINES:  # git's first line names the cause, the last ones the end
-        lines = lines[:1] + ["..."] + lines[-(SUMMARY_LINES - 1):]
+        # and a server's first words between them say why it refused (a hook's reason)
+        middle = lines[1:-(SUMMARY_LINES - 1)]
+        remote = [line for line in middle if line.startswith("remote:")][:REMOTE_LINES]
+        lines = lines[:1] + ["..."] + remote + (["..."] if remote else []) + \
+            lines[-(SUMMARY_LINES - 1):]
     text = " | ".join(lines)
     text = text if len(text) <= SUMMARY_CHARS else "..." + text[-SUMMARY_CHARS:]
     return _redacted(text, redact)

@@ -361,6 +361,20 @@ def test_rejected_push_is_push_error(repo, bare_remote, tmp_path):
         repo.push(str(bare_remote), tags, timeout=30)
 
 
+def test_a_hooks_reason_for_refusing_a_push_is_in_the_error(repo, bare_remote):
+    """A real pre-receive hook in the bare remote refuses with a reason, then more output:
+    the reason (git's first "remote:" lines) is in the PushError, not elided with the rest
+    (as snapops's own hook prints its problems first)."""
+    tags = commit_gens(repo, 1, 1)
+    hook = bare_remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'refused: No space left on device' >&2\n"
+                    "for i in 1 2 3 4 5 6; do echo \"more $i\" >&2; done\nexit 1\n")
+    hook.chmod(0o755)
+    with pytest.raises(PushError, match=r"remote: refused: No space left on device.*"
+                                        r"pre-receive hook declined"):
+        repo.push(str(bare_remote), tags, timeout=30)
+
+
 def test_password_is_redacted_from_errors(repo):
     commit_gens(repo, 1, 1)
     url = "http://user:s3cret@127.0.0.1:1/x.git"
