@@ -8,6 +8,7 @@ measured in the same run, under the same machine load, rather than against anoth
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -121,11 +122,15 @@ def wait_pushed(work: Path, gens: list[int], daemon: subprocess.Popen, timeout: 
     from snapops.daemon.wal import replay
 
     deadline = time.monotonic() + timeout
+    next_note = time.monotonic() + NOTE_EVERY
     while True:
         state = replay(work / "spool" / "wal.log")[0]
         done = {g: state.gens[g] for g in gens
                 if g in state.gens and state.gens[g].state in (PUSHED, DROPPED)}
         finished = len(done) == len(gens)
+        if not finished and time.monotonic() > next_note:
+            out(waiting_note(work, len(gens) - len(done)))
+            next_note = time.monotonic() + NOTE_EVERY
         if not finished and daemon.poll() is not None:
             out(f"daemon exited early with {daemon.returncode}; see {work / 'daemon.log'}")
         elif not finished and time.monotonic() > deadline:
@@ -135,6 +140,25 @@ def wait_pushed(work: Path, gens: list[int], daemon: subprocess.Popen, timeout: 
             continue
         return ({g for g, r in done.items() if r.state == PUSHED},
                 {g: r.fields.get("reason", "?") for g, r in done.items() if r.state == DROPPED})
+
+
+NOTE_EVERY = 30.0      # seconds between notes while the demo waits for pushes
+
+
+def waiting_note(work: Path, left: int) -> str:
+    """What the demo says while it waits: how many generations are left and, when the last
+    push to a remote failed, why (from the daemon's ``status.json``)."""
+    note = f"still waiting for {left} generation(s) to be pushed"
+    try:
+        status = json.loads((work / "state" / "status.json").read_bytes())
+        remotes = status["push"].items()
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return note
+    failures = [f"{name}: {state['last_error']}" for name, state in remotes
+                if isinstance(state, dict) and state.get("last_error")]
+    if failures:
+        note += "; the last push failed, retrying: " + "; ".join(failures)
+    return note
 
 
 def verify_clone(url: str, work: Path, out) -> tuple[int, list[str], Path]:

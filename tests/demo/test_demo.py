@@ -30,3 +30,23 @@ def test_quick_demo_runs_end_to_end(tmp_path, capsys):
     assert "`blocks.0.attn.in_proj_weight`" in review  # original (dotted) names
     png = (tmp_path / "w" / "review" / "review.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+
+
+def test_the_waiting_note_says_why_the_last_push_failed(tmp_path):
+    import json
+
+    from snapops.demo.run import waiting_note
+
+    state = tmp_path / "state"
+    state.mkdir()
+    assert waiting_note(tmp_path, 2) == "still waiting for 2 generation(s) to be pushed"
+    status = {"push": {"origin": {"last_error": "push to git://h/r.git: git push failed: "
+                                                "remote: no space | [remote rejected]"},
+                       "backup": {"last_error": None}}}
+    (state / "status.json").write_text(json.dumps(status))
+    assert waiting_note(tmp_path, 1) == (
+        "still waiting for 1 generation(s) to be pushed; the last push failed, retrying: "
+        "origin: push to git://h/r.git: git push failed: remote: no space | [remote rejected]")
+    for garbage in (b"", b"[1, 2]", b'{"push": 3}', b'{"push": {"o": "x"}}', b"\xff"):
+        (state / "status.json").write_bytes(garbage)
+        assert waiting_note(tmp_path, 1) == "still waiting for 1 generation(s) to be pushed"
