@@ -22,7 +22,6 @@ import io
 import mmap
 import os
 import struct
-import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -48,7 +47,6 @@ LEVEL = 1          # without the producer: level 3 is 1.5x slower here for the s
 THREADS = 2
 CHUNK_ITEMS = 1 << 20   # items per chunk of a plane on its way to the compressor
 FRAME_HEADER_MAX = 18   # bytes of a zstd frame header at most (ZSTD_FRAMEHEADERSIZE_MAX)
-_local = threading.local()
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class _Spares:
 
 
 def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.ndarray],
-             path: str) -> Iterator[tuple[ResidualHeader, np.ndarray]]:
+             path: str) -> Iterator[tuple[ResidualHeader, np.ndarray] | None]:
     """Each residual's header and decompressed planes, in order, decoded ``len(buffers)`` at
     a time on a thread pool, each into one of ``buffers`` (each at least as long as the
     longest target): a yielded array is valid until the next one is asked for. The first
