@@ -50,7 +50,7 @@ def run_status(args) -> int:
                                **Cluster.from_config(config).wal_scope())
     remotes = {r.name for r in config.repo.remotes}
     status = status_from(wal_state, remotes)
-    daemon, unreadable = _daemon_state(state_file)
+    daemon, unreadable = daemon_state(state_file)
     status["daemon"] = {k: daemon.get(k) for k in DAEMON_KEYS}
     status["daemon_running"] = _running(resolve(config, config.daemon.state_dir))
     status["wal_corrupt_lines"] = len(reader.bad)
@@ -82,7 +82,7 @@ def run_status(args) -> int:
     return 0
 
 
-def _daemon_state(path) -> tuple[dict, str | None]:
+def daemon_state(path) -> tuple[dict, str | None]:
     """What the running daemon last wrote (``{}`` when absent), and why it was set aside when
     it is not a JSON object (a FIFO, a device or a huge file is never read whole)."""
     from snapops.formats.errors import FormatError

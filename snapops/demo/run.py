@@ -8,7 +8,6 @@ measured in the same run, under the same machine load, rather than against anoth
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
@@ -148,13 +147,13 @@ NOTE_EVERY = 30.0      # seconds between notes while the demo waits for pushes
 def waiting_note(work: Path, left: int) -> str:
     """What the demo says while it waits: how many generations are left and, when the last
     push to a remote failed, why (from the daemon's ``status.json``)."""
+    from snapops.cli.daemon import daemon_state
+
     note = f"still waiting for {left} generation(s) to be pushed"
-    try:
-        status = json.loads((work / "state" / "status.json").read_bytes())
-        remotes = status["push"].items()
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+    remotes = daemon_state(work / "state" / "status.json")[0].get("push")
+    if not isinstance(remotes, dict):
         return note
-    failures = [f"{name}: {state['last_error']}" for name, state in remotes
+    failures = [f"{name}: {state['last_error']}" for name, state in remotes.items()
                 if isinstance(state, dict) and state.get("last_error")]
     if failures:
         note += "; the last push failed, retrying: " + "; ".join(failures)

@@ -3,6 +3,7 @@ verification from a fresh clone, restore into a fresh model, summary."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -50,3 +51,6 @@ def test_the_waiting_note_says_why_the_last_push_failed(tmp_path):
     for garbage in (b"", b"[1, 2]", b'{"push": 3}', b'{"push": {"o": "x"}}', b"\xff"):
         (state / "status.json").write_bytes(garbage)
         assert waiting_note(tmp_path, 1) == "still waiting for 1 generation(s) to be pushed"
+    (state / "status.json").unlink()
+    os.mkfifo(state / "status.json")          # never read whole, never waited on
+    assert waiting_note(tmp_path, 1) == "still waiting for 1 generation(s) to be pushed"

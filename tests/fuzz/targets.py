@@ -276,12 +276,12 @@ def run_config(case: Case) -> None:
 
 def run_daemon_status(case: Case) -> None:
     """``snapops daemon status`` (text and JSON) on a status file the daemon did not write."""
-    from snapops.cli.daemon import _daemon_state
+    from snapops.cli.daemon import daemon_state
 
     config = case.root / "status" / "snapops.toml"
     case.cli("daemon", "status", "--config", config)
     case.cli("daemon", "status", "--config", config, "--json")
-    case.typed += _daemon_state(case.path)[1] is not None    # set aside, with a warning
+    case.typed += daemon_state(case.path)[1] is not None    # set aside, with a warning
 
 
 def run_lfs_pointer(case: Case) -> None:
