@@ -58,6 +58,10 @@ class Entry:
 
 
 class Source(Protocol):
+    """Optional attributes the verifier reads: ``resolves_lfs`` (the LFS store's shards come
+    as their rebuilt files) and ``shards_at_once`` (at most this many shards handed out at
+    once: a source that rebuilds each on helpers of its own)."""
+
     label: str
 
     def entries(self, folder: str) -> dict[str, Entry]: ...
