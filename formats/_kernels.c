@@ -23,6 +23,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 static const char HEX[16] = "0123456789abcdef";
 
@@ -249,10 +252,29 @@ static PyObject *decode_lines(PyObject *self, PyObject *args)
 static void unshuffle_xor_bytes(unsigned char *items, const unsigned char *planes,
                                 Py_ssize_t n, Py_ssize_t size)
 {
+    Py_ssize_t i = 0;
     if (size == 4) {
         const unsigned char *p0 = planes, *p1 = planes + n, *p2 = planes + 2 * n,
                             *p3 = planes + 3 * n;
-        for (Py_ssize_t i = 0; i < n; i++) {
+#ifdef __SSE2__
+        /* 16 items at a time: bytes interleaved in two unpack steps (the compiler's own
+         * vectorization of the loop below widens and shifts: 1.5x slower in the cache) */
+        for (; i + 16 <= n; i += 16) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(p0 + i)),
+                    b = _mm_loadu_si128((const __m128i *)(p1 + i)),
+                    c = _mm_loadu_si128((const __m128i *)(p2 + i)),
+                    d = _mm_loadu_si128((const __m128i *)(p3 + i));
+            __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b),
+                    cd_lo = _mm_unpacklo_epi8(c, d), cd_hi = _mm_unpackhi_epi8(c, d);
+            __m128i w[4] = {_mm_unpacklo_epi16(ab_lo, cd_lo), _mm_unpackhi_epi16(ab_lo, cd_lo),
+                            _mm_unpacklo_epi16(ab_hi, cd_hi), _mm_unpackhi_epi16(ab_hi, cd_hi)};
+            for (int k = 0; k < 4; k++) {
+                __m128i *at = (__m128i *)(items + 4 * i + 16 * k);
+                _mm_storeu_si128(at, _mm_xor_si128(_mm_loadu_si128(at), w[k]));
+            }
+        }
+#endif
+        for (; i < n; i++) {
             uint32_t word = (uint32_t)p0[i] | (uint32_t)p1[i] << 8 | (uint32_t)p2[i] << 16
                             | (uint32_t)p3[i] << 24, item;
             memcpy(&item, items + 4 * i, 4);
@@ -261,14 +283,25 @@ static void unshuffle_xor_bytes(unsigned char *items, const unsigned char *plane
         }
     } else if (size == 2) {
         const unsigned char *p0 = planes, *p1 = planes + n;
-        for (Py_ssize_t i = 0; i < n; i++) {
+#ifdef __SSE2__
+        for (; i + 16 <= n; i += 16) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(p0 + i)),
+                    b = _mm_loadu_si128((const __m128i *)(p1 + i));
+            __m128i w[2] = {_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)};
+            for (int k = 0; k < 2; k++) {
+                __m128i *at = (__m128i *)(items + 2 * i + 16 * k);
+                _mm_storeu_si128(at, _mm_xor_si128(_mm_loadu_si128(at), w[k]));
+            }
+        }
+#endif
+        for (; i < n; i++) {
             uint16_t word = (uint16_t)(p0[i] | p1[i] << 8), item;
             memcpy(&item, items + 2 * i, 2);
             item ^= word;
             memcpy(items + 2 * i, &item, 2);
         }
     } else {
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (; i < n; i++)
             for (Py_ssize_t k = 0; k < size; k++)
                 items[i * size + k] ^= planes[k * n + i];
     }

@@ -1,25 +1,31 @@
-"""One zstd frame decoded straight into a caller's buffer, or written with a parse of our own.
+"""zstd frames decoded straight into a caller's buffer, or written with a parse of our own.
 
 python-zstandard's decompressors return new bytes, or stream through an internal window
 buffer and copy every block out of it. libzstd's one-shot ``ZSTD_decompressDCtx`` writes a
-frame straight into the destination. python-zstandard also ships libzstd compiled for cffi
+frame straight into the destination (:func:`decode_frames_into`: each of several frames
+straight into its place). python-zstandard also ships libzstd compiled for cffi
 (``zstandard.backend_cffi``); its ``lib`` is called here, with one decompression context per
 thread and the GIL released (cffi releases it around each call). An LFS-store restore of
 128 MiB (gen 30: the keyframe and 4 residuals) used 0.72-0.82 CPU-s this way against
 0.81-0.89 streaming (medians of 21 and of 9 alternating restores, three runs).
-Where that backend cannot be imported, :func:`decode_frame_into` returns None and the caller
+Where that backend cannot be imported, :func:`decode_frames_into` returns None and the caller
 streams as before.
 
 :class:`FrameWriter` writes one frame through ``ZSTD_compressStream2``, optionally with a
 sequence producer in place of zstd's match finders: the residuals of the LFS store are parsed
 by one in C (``formats/_kernels.c``: literals, and runs of zeros as matches), which decodes
 twice as fast as zstd's own parse of their carry planes, in fewer bytes
-(``formats/generation/residual.py``).
+(``formats/generation/residual.py``). ``literals=False`` stores a frame's literals raw
+(no Huffman coding), for bytes where the coding saves little and decodes slowly.
 
 >>> import zstandard
->>> out = bytearray(5)
->>> decode_frame_into(zstandard.ZstdCompressor().compress(b"hello"), out), bytes(out)
-(5, b'hello')
+>>> out = bytearray(10)
+>>> blob = zstandard.ZstdCompressor().compress(b"hello") + zstandard.ZstdCompressor().compress(
+...     b"world")
+>>> frame_sizes(blob)
+[(14, 5), (14, 5)]
+>>> decode_frames_into(blob, out), bytes(out)
+(10, b'helloworld')
 """
 
 from __future__ import annotations
@@ -33,44 +39,76 @@ try:
     from zstandard.backend_cffi import ffi, lib
 except ImportError:          # no cffi: callers stream
     ffi = lib = None
+ONE_SHOT = lib is not None   # frame_sizes and decode_frames_into can run here
 
-__all__ = ["FrameError", "FrameWriter", "decode_frame_into"]
+__all__ = ["ONE_SHOT", "FrameError", "FrameWriter", "decode_frames_into", "frame_sizes"]
 
 _local = threading.local()
 # what a sequence producer needs of libzstd (1.5.5 and later, through the cffi backend)
+MAX_FRAMES = 16         # frames walked in one buffer at most (a hostile one is bounded)
 _PRODUCER_API = ("ZSTD_registerSequenceProducer", "ZSTD_c_validateSequences",
                  "ZSTD_c_enableSeqProducerFallback")
 
 
 class FrameError(ValueError):
-    """The input is not exactly one valid zstd frame that fits the output (libzstd's
-    reason, or "data after the frame")."""
+    """The input is not valid zstd frames, each declaring its content size, that fit the
+    output (libzstd's reason, or ours)."""
 
 
-def decode_frame_into(src, out) -> int | None:
-    """Decode ``src`` (a buffer holding exactly one zstd frame, nothing after it) into
-    ``out`` (a writable buffer); the number of bytes written. libzstd never writes beyond
-    ``out``: a frame that decodes to more fails. FrameError when ``src`` is not one valid
-    frame that fits; None when the cffi backend is not there."""
+def frame_sizes(src, max_frames: int = MAX_FRAMES) -> list[tuple[int, int]]:
+    """The frames of ``src`` (one or more zstd frames back to back, nothing after the last),
+    each as (compressed size, declared content size), walked through their block headers
+    without decoding anything. FrameError when a frame is not valid, declares no content
+    size, or there are more than ``max_frames``. Needs the cffi backend (``lib``)."""
+    source = ffi.from_buffer(src)
+    frames: list[tuple[int, int]] = []
+    at = 0
+    try:
+        while at < len(source) or not frames:
+            if len(frames) == max_frames:
+                raise FrameError(f"more than {max_frames} frames")
+            size = lib.ZSTD_findFrameCompressedSize(source + at, len(source) - at)
+            if lib.ZSTD_isError(size):
+                raise FrameError(_reason(size))
+            declared = lib.ZSTD_getFrameContentSize(source + at, size)
+            if declared >= lib.ZSTD_CONTENTSIZE_ERROR:      # unknown (-1) or error (-2)
+                raise FrameError(f"the frame at byte {at} declares no content size")
+            frames.append((size, declared))
+            at += size
+    finally:
+        ffi.release(source)
+    return frames
+
+
+def decode_frames_into(src, out, frames: list[tuple[int, int]] | None = None) -> int | None:
+    """Decode ``src`` (zstd frames back to back, as :func:`frame_sizes` walks them, or
+    ``frames`` when the caller has walked them already) into ``out`` (a writable buffer),
+    each frame straight into its place; the number of bytes written. libzstd never writes
+    beyond ``out``: frames that decode to more fail. FrameError when ``src`` is not such
+    frames, or they do not fit; None when the cffi backend is not there."""
     if lib is None:
         return None
+    frames = frame_sizes(src) if frames is None else frames
     source = ffi.from_buffer(src)
     try:
-        size = lib.ZSTD_findFrameCompressedSize(source, len(source))
-        if lib.ZSTD_isError(size):
-            raise FrameError(_reason(size))
-        if size != len(source):
-            raise FrameError(f"{len(source) - size} bytes of data after the frame")
         target = ffi.from_buffer(out, require_writable=True)
         try:
-            written = lib.ZSTD_decompressDCtx(_context(), target, len(target), source,
-                                              len(source))
+            written = at = 0
+            for size, declared in frames:
+                room = len(target) - written
+                if declared > room:
+                    raise FrameError(f"frames decode to more than the {len(target)} bytes "
+                                     "of the output")
+                done = lib.ZSTD_decompressDCtx(_context(), target + written, room,
+                                               source + at, size)
+                if lib.ZSTD_isError(done):
+                    raise FrameError(_reason(done))
+                written += done
+                at += size
         finally:
             ffi.release(target)       # the caller's buffer is free again (a map may close)
     finally:
         ffi.release(source)
-    if lib.ZSTD_isError(written):
-        raise FrameError(_reason(written))
     return written
 
 
@@ -102,7 +140,8 @@ class FrameWriter:
     on the calling thread (libzstd runs no producer on worker threads); else, or where
     libzstd lacks that API, zstd's own parse at ``level`` on ``threads`` workers (as
     python-zstandard writes it when the cffi backend is missing). Deterministic: the same
-    input gives the same frame. A context manager; leaving it without an error ends the
+    input gives the same frame. ``literals=False``: literals stored raw, not Huffman-coded
+    (through the cffi backend only). A context manager; leaving it without an error ends the
     frame.
 
     >>> import io
@@ -116,7 +155,7 @@ class FrameWriter:
     OUT_SIZE = 1 << 20
 
     def __init__(self, out: BinaryIO, size: int, *, level: int = 1, threads: int = 0,
-                 producer: int | None = None) -> None:
+                 producer: int | None = None, literals: bool = True) -> None:
         self.out = out
         self._stream = None
         if lib is None:
@@ -127,6 +166,9 @@ class FrameWriter:
         cctx = self._cctx = _new_context("C")     # its own: a frame spans many calls
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_contentSizeFlag, 1))
         _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, level))
+        if not literals:
+            _check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_literalCompressionMode,
+                                              lib.ZSTD_ps_disable))
         if producer is not None and all(hasattr(lib, name) for name in _PRODUCER_API):
             lib.ZSTD_registerSequenceProducer(
                 cctx, ffi.NULL, ffi.cast("ZSTD_sequenceProducer_F", producer))

@@ -1,4 +1,4 @@
-"""One zstd frame decoded into a caller's buffer (libzstd one-shot through python-zstandard's
+"""zstd frames decoded into a caller's buffer (libzstd one-shot through python-zstandard's
 cffi backend), checked against python-zstandard's own decoder; the residual decoder with and
 without it; and frames written through libzstd with our sequence producer (the zero-run parse
 of ``formats/_kernels.c``), checked by libzstd's sequence validation and python-zstandard's
@@ -15,7 +15,8 @@ from snapops.formats.errors import FormatError
 from snapops.formats.generation.residual import decode_residual, encode_residual
 import snapops.formats.zstdframe as zstdframe
 from snapops.formats._kernels import zero_run_producer
-from snapops.formats.zstdframe import FrameError, FrameWriter, decode_frame_into, lib
+from snapops.formats.zstdframe import (FrameError, FrameWriter, decode_frames_into, frame_sizes,
+                                       lib)
 
 pytestmark = pytest.mark.skipif(lib is None, reason="python-zstandard's cffi backend")
 
@@ -28,7 +29,7 @@ def frame(data: bytes, **kw) -> bytes:
 def test_a_frame_decodes_as_python_zstandard_decodes_it(size):
     data = np.random.default_rng(size).integers(0, 4, size, dtype=np.uint8).tobytes()
     out = bytearray(size)
-    assert decode_frame_into(frame(data), out) == size
+    assert decode_frames_into(frame(data), out) == size
     assert bytes(out) == zstandard.ZstdDecompressor().decompress(frame(data)) == data
 
 
@@ -36,33 +37,54 @@ def test_a_multithreaded_encoders_frame_is_one_frame():
     data = np.random.default_rng(1).integers(0, 3, 9 << 20, dtype=np.uint8).tobytes()
     blob = frame(data, threads=2)
     out = bytearray(len(data))
-    assert decode_frame_into(blob, out) == len(data) and bytes(out) == data
+    assert len(frame_sizes(blob)) == 1
+    assert decode_frames_into(blob, out) == len(data) and bytes(out) == data
 
 
-def test_nothing_is_written_past_the_output_and_a_larger_frame_fails():
+def test_frames_back_to_back_decode_each_into_its_place():
+    parts = [b"", b"abc" * 1000, bytes(70_000), np.random.default_rng(4).bytes(5000)]
+    blob = b"".join(frame(p) for p in parts)
+    assert frame_sizes(blob) == [(len(frame(p)), len(p)) for p in parts]
+    out = bytearray(sum(map(len, parts)) + 3)
+    assert decode_frames_into(blob, out) == len(out) - 3
+    assert bytes(out) == b"".join(parts) + bytes(3)
+
+
+def test_nothing_is_written_past_the_output_and_larger_frames_fail():
     data = bytes(range(256)) * 64
     guard = np.full(len(data) + 100, 0xA5, np.uint8)
-    with pytest.raises(FrameError, match="Destination buffer is too small"):
-        decode_frame_into(frame(data), memoryview(guard)[:len(data) - 1])
+    with pytest.raises(FrameError, match="decode to more than the 16383 bytes of the output"):
+        decode_frames_into(frame(data), memoryview(guard)[:len(data) - 1])
+    with pytest.raises(FrameError, match="decode to more than the 16384 bytes"):
+        decode_frames_into(frame(b"x") + frame(data), memoryview(guard)[:len(data)])
     assert (guard[len(data) - 1:] == 0xA5).all()
+    # frames walked wrongly (16 bytes, not 16384) are stopped by libzstd at the room given
+    blob = frame(data)
+    with pytest.raises(FrameError, match="Destination buffer is too small"):
+        decode_frames_into(blob, memoryview(guard)[:16], [(len(blob), 16)])
+    assert (guard[16:] == 0xA5).all()
 
 
 @pytest.mark.parametrize("blob,reason", [
-    (frame(b"abc") + b"x", "1 bytes of data after the frame"),
-    (frame(b"abc") + frame(b"def"), "after the frame"),
+    (frame(b"abc") + b"x", "Src size is incorrect|Unknown frame descriptor"),
     (frame(b"abc")[:-2], "Src size is incorrect"),
     (b"\x00" * 32, "Unknown frame descriptor"),
     (b"", "Src size is incorrect"),
+    (zstandard.ZstdCompressor(write_content_size=False).compress(b"abc"),
+     "the frame at byte 0 declares no content size"),
+    (frame(b"abc") + zstandard.ZstdCompressor(write_content_size=False).compress(b"d"),
+     "the frame at byte 12 declares no content size"),
+    (frame(b"") * 17, "more than 16 frames"),
 ])
-def test_anything_but_exactly_one_valid_frame_is_refused(blob, reason):
+def test_anything_but_valid_frames_with_their_sizes_is_refused(blob, reason):
     out = bytearray(64)
     with pytest.raises(FrameError, match=reason):
-        decode_frame_into(blob, out)
+        decode_frames_into(blob, out)
 
 
 def test_a_read_only_output_is_refused():
     with pytest.raises(BufferError, match="not writable"):
-        decode_frame_into(frame(b"abc"), b"xyz")
+        decode_frames_into(frame(b"abc"), b"xyz")
 
 
 def test_residuals_decode_alike_with_and_without_the_one_shot_decoder(monkeypatch, tmp_path):
@@ -75,7 +97,7 @@ def test_residuals_decode_alike_with_and_without_the_one_shot_decoder(monkeypatc
     results = []
     for one_shot in (True, False):
         if not one_shot:
-            monkeypatch.setattr(residual, "decode_frame_into", lambda src, out: None)
+            monkeypatch.setattr(residual, "ONE_SHOT", False)
         assert decode_residual(base.tobytes(), blob) == target
         with pytest.raises(FormatError) as failed:
             decode_residual(base.tobytes(), bytes(bad))
@@ -162,7 +184,7 @@ def test_the_zero_run_parse_passes_libzstds_validation_and_decodes_exactly(name)
     data = PARSED[name]
     blob = _written(data, producer=zero_run_producer(), chunk=50_000)
     out = bytearray(len(data))
-    assert decode_frame_into(blob, out) == len(data) and bytes(out) == data
+    assert decode_frames_into(blob, out) == len(data) and bytes(out) == data
     assert zstandard.ZstdDecompressor().decompress(blob) == data
     assert zstandard.frame_content_size(blob) == len(data)
 

@@ -84,11 +84,13 @@ def test_unshuffle_matches_a_transpose(itemsize, offset):
     head = ResidualHeader(itemsize, n, n, "", "", 0)
     assert np.array_equal(apply_planes(base, head, planes), expected)
 
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 33, 4099])
 @pytest.mark.parametrize("itemsize", range(1, 9))
-def test_the_unshuffle_kernel_is_a_transpose_for_every_item_size(itemsize):
-    """The C kernel itself, its special cases (2, 4) and its general loop, against numpy."""
-    n = 4099 * itemsize
-    rng = np.random.default_rng(100 + itemsize)
+def test_the_unshuffle_kernel_is_a_transpose_for_every_item_size(itemsize, count):
+    """The C kernel itself, its special cases (2, 4: 16 items at a time, then one by one) and
+    its general loop, against numpy."""
+    n = count * itemsize
+    rng = np.random.default_rng(100 + itemsize + count)
     items, planes = rng.integers(0, 256, (2, n), dtype=np.uint8)
     expected = items ^ planes.reshape(itemsize, -1).T.reshape(-1)
     unshuffle_xor(items, planes, itemsize)
@@ -168,8 +170,36 @@ def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
     assert planes.tobytes() == _planes(base, target).tobytes()
     assert out[head.target_length:].tolist() == [7] * 10          # nothing past the planes
     payload = zstd.ZstdCompressor(write_content_size=False).compress(b"\0" * 100)
-    with pytest.raises(FormatError, match="does not hold its declared length"):
+    with pytest.raises(FormatError, match="frame at byte 0 declares no content size"):
         decompress_planes(payload, ResidualHeader(4, 100, 0, "", "", 0), np.empty(100, np.uint8))
+
+
+def test_a_plane_per_frame_its_literals_coded_only_where_that_pays():
+    """float32 steps of 1e-3: the two low planes are nearly random (literals stored raw: each
+    frame about its plane's size), the carry and top planes mostly zeros (coded: far
+    smaller); the frames' contents are the planes in order."""
+    from snapops.formats.zstdframe import frame_sizes
+
+    base, target = _pair(np.float32, n=200_000)
+    blob = encode_residual(base, target, itemsize=4)
+    frames = frame_sizes(memoryview(blob)[HEADER.size:])
+    assert [declared for _, declared in frames] == [200_000] * 4
+    sizes = [size for size, _ in frames]
+    assert sizes[0] > 200_000 and sizes[1] > 0.99 * 200_000       # raw (and a few headers)
+    assert sizes[2] < 0.6 * 200_000 and sizes[3] < 0.1 * 200_000
+    assert blob[4] == 2
+
+
+def test_a_version_1_residual_of_one_frame_still_decodes():
+    base, target = _pair(np.float32, n=30_001)
+    planes = _planes(base, target)
+    payload = zstd.ZstdCompressor(level=3).compress(planes.tobytes())
+    head = HEADER.pack(b"SNRS", 1, 4, 0, len(target), len(base),
+                       hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
+                       len(payload))
+    assert decode_residual(base, head + payload) == target
+    with pytest.raises(FormatError, match=r"unsupported residual version.*got version 3"):
+        decode_residual(base, head[:4] + b"\x03" + head[5:] + payload)
 
 
 @pytest.mark.parametrize("base_len,target_len", [(40_000, 40_000), (40_003, 40_000),

@@ -12,7 +12,7 @@ import pytest
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import ShardRecord, parse_manifest
-from snapops.formats.generation.residual import decode_residual, encode_residual
+from snapops.formats.generation.residual import HEADER, decode_residual, encode_residual
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import verify_generation
 from snapops.formats.generation.write import (
@@ -25,6 +25,7 @@ from snapops.formats.lfs.objects import ObjectStore
 from snapops.formats.lfs.pointer import parse_pointer
 from snapops.formats.lfs.source import LfsSource
 from snapops.formats.lfs.stash import LfsStash
+from snapops.formats.zstdframe import frame_sizes
 
 
 def states(count, seed=0):
@@ -111,16 +112,16 @@ def test_object_missing_on_the_server_is_a_typed_failure(giftless, tmp_path):
     assert not report.ok and "LFS" in str(report.failure)
 
 
-def _chain(store, lengths, seed=3, itemsizes=None):
+def _chain(store, lengths, seed=3, itemsizes=None, every=97):
     """Server-less: shard files of the given lengths, gen 1 a keyframe and each later gen a
-    residual against the one before (with ``itemsizes[gen - 1]``, default 4); (records by gen,
-    the files' bytes)."""
+    residual against the one before (with ``itemsizes[gen - 1]``, default 4; every
+    ``every``-th byte changed); (records by gen, the files' bytes)."""
     rng = np.random.default_rng(seed)
     files = [rng.integers(0, 256, lengths[0], dtype=np.uint8).tobytes()]
     for length in lengths[1:]:
         prev = np.frombuffer(files[-1], np.uint8)
         nxt = np.resize(prev, length).copy()
-        nxt[::97] ^= rng.integers(1, 256, len(nxt[::97]), dtype=np.uint8)
+        nxt[::every] ^= rng.integers(1, 256, len(nxt[::every]), dtype=np.uint8)
         files.append(nxt.tobytes())
     records = {}
     for gen, data in enumerate(files, start=1):
@@ -185,18 +186,25 @@ def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsiz
     assert one_by_one == files[-1]
 
 
-@pytest.mark.parametrize("where,check", [(0.2, "residual-digest"), (0.9, "residual")])
+@pytest.mark.parametrize("where,check", [("low plane", "residual-digest"),
+                                         ("top plane's frame header", "residual")])
 def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_path, where,
                                                                           check):
-    """A flipped byte in the low planes (random bytes, stored as raw literals: the first part
-    of the frame) decodes to the wrong shard (refused by its digest); one in the coded planes
-    is not valid zstd (refused while decoding, into the cache file's mapped pages): either way
-    nothing enters the cache and no temp file is left."""
+    """Every byte changed: a flipped byte in the lowest plane (random bytes, stored as raw
+    literals: the middle of the first frame) decodes to the wrong shard (refused by its
+    digest); one in the last frame's header is not valid zstd (refused while decoding, into
+    the cache file's mapped pages): either way nothing enters the cache and no temp file is
+    left."""
     store = ObjectStore(tmp_path / "cache")
-    records, _ = _chain(store, [40_000, 40_000, 40_000])
+    records, _ = _chain(store, [40_000, 40_000, 40_000], every=1)
     blob = store.path(records[3].object)
     damaged = bytearray(blob.read_bytes())
-    damaged[int(len(damaged) * where)] ^= 0x55
+    frames = frame_sizes(damaged[HEADER.size:])
+    assert len(frames) == 4 and frames[0][0] > 10_000        # the lowest plane: raw literals
+    if where == "low plane":
+        damaged[HEADER.size + frames[0][0] // 2] ^= 0x55
+    else:
+        damaged[HEADER.size + sum(size for size, _ in frames[:-1])] ^= 0x55   # its magic
     blob.write_bytes(bytes(damaged))
     with pytest.raises(FormatError, match=rf"\[{check}\]"):
         store.shard(records[3], records.get)
