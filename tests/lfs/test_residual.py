@@ -190,6 +190,24 @@ def test_a_plane_per_frame_its_literals_coded_only_where_that_pays():
     assert blob[4] == 2
 
 
+@pytest.mark.parametrize("frames,message", [
+    (9, "more than 8 frames"), (3, "does not hold its declared length"),
+])
+def test_a_payload_of_too_many_or_too_few_frames_is_refused(frames, message):
+    """Eight frames at most (a plane each), their declared sizes adding up to the target."""
+    base, target = _pair(np.float32, n=1000)
+    planes = _planes(base, target).tobytes()
+    cut = len(planes) // 8 if frames > 4 else len(planes) // 4
+    parts = [planes[k * cut:(k + 1) * cut] for k in range(frames - 1)]
+    parts.append(planes[(frames - 1) * cut:] if frames > 4 else b"")
+    payload = b"".join(zstd.ZstdCompressor().compress(p) for p in parts)
+    head = HEADER.pack(b"SNRS", 2, 4, 0, len(target), len(base),
+                       hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
+                       len(payload))
+    with pytest.raises(FormatError, match=rf"\[residual\].*{message}"):
+        decode_residual(base, head + payload)
+
+
 def test_a_version_1_residual_of_one_frame_still_decodes():
     base, target = _pair(np.float32, n=30_001)
     planes = _planes(base, target)
