@@ -44,8 +44,8 @@ ONE_SHOT = lib is not None   # frame_sizes and decode_frames_into can run here
 __all__ = ["ONE_SHOT", "FrameError", "FrameWriter", "decode_frames_into", "frame_sizes"]
 
 _local = threading.local()
-# what a sequence producer needs of libzstd (1.5.5 and later, through the cffi backend)
 MAX_FRAMES = 16         # frames walked in one buffer at most (a hostile one is bounded)
+# what a sequence producer needs of libzstd (1.5.5 and later, through the cffi backend)
 _PRODUCER_API = ("ZSTD_registerSequenceProducer", "ZSTD_c_validateSequences",
                  "ZSTD_c_enableSeqProducerFallback")
 
@@ -96,6 +96,8 @@ def decode_frames_into(src, out, frames: list[tuple[int, int]] | None = None) ->
             written = at = 0
             for size, declared in frames:
                 room = len(target) - written
+                if at + size > len(source):
+                    raise FrameError(f"frames run past the {len(source)} bytes of the input")
                 if declared > room:
                     raise FrameError(f"frames decode to more than the {len(target)} bytes "
                                      "of the output")

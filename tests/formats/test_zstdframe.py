@@ -62,6 +62,8 @@ def test_nothing_is_written_past_the_output_and_larger_frames_fail():
     blob = frame(data)
     with pytest.raises(FrameError, match="Destination buffer is too small"):
         decode_frames_into(blob, memoryview(guard)[:16], [(len(blob), 16)])
+    with pytest.raises(FrameError, match=f"run past the {len(blob)} bytes of the input"):
+        decode_frames_into(blob, guard, [(len(blob) + 1, len(data))])
     assert (guard[16:] == 0xA5).all()
 
 
