@@ -26,6 +26,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+#define HAVE_SSSE3_TARGET 1
+#endif
 
 static const char HEX[16] = "0123456789abcdef";
 
@@ -339,6 +343,101 @@ static PyObject *unshuffle_xor(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A sparse byte plane of a residual (docs/formats/residual.md): a bitmap of its nonzero
+ * bytes (bit j of byte g, least significant first, for byte 8g + j) and those bytes in
+ * order, expanded into the plane. Eight bytes at a time: the bitmap byte picks a shuffle
+ * that moves the next popcount values into place and zeros the rest (SSSE3 where the CPU has
+ * it, else one byte at a time). */
+static uint8_t SPREAD[256][8], BITS[256];     /* BITS: no popcnt instruction assumed */
+
+static void build_spread(void)
+{
+    for (int m = 0; m < 256; m++) {
+        int k = 0;
+        for (int j = 0; j < 8; j++)
+            SPREAD[m][j] = (m >> j & 1) ? (uint8_t)k++ : 0x80;
+        BITS[m] = (uint8_t)k;
+    }
+}
+
+/* From byte 8g of the plane and value k on; the number of values used, or -1 when the bitmap
+ * asks for more values than there are. */
+static Py_ssize_t expand_scalar(unsigned char *out, Py_ssize_t n, const unsigned char *bitmap,
+                                const unsigned char *values, Py_ssize_t nvalues, Py_ssize_t g,
+                                Py_ssize_t k)
+{
+    for (Py_ssize_t i = 8 * g; i < n; i++) {
+        unsigned bit = bitmap[i >> 3] >> (i & 7) & 1;
+        if (bit && k == nvalues)
+            return -1;
+        out[i] = bit ? values[k] : 0;
+        k += bit;
+    }
+    return k;
+}
+
+#ifdef HAVE_SSSE3_TARGET
+__attribute__((target("ssse3")))
+static Py_ssize_t expand_ssse3(unsigned char *out, Py_ssize_t n, const unsigned char *bitmap,
+                               const unsigned char *values, Py_ssize_t nvalues,
+                               Py_ssize_t *group)
+{
+    Py_ssize_t g = 0, k = 0;
+    for (; 8 * g + 16 <= n && k + 16 <= nvalues; g += 2) {  /* never reads past the values */
+        unsigned m0 = bitmap[g], m1 = bitmap[g + 1];
+        __m128i lo = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(values + k)),
+                                      _mm_loadl_epi64((const __m128i *)SPREAD[m0]));
+        k += BITS[m0];
+        __m128i hi = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(values + k)),
+                                      _mm_loadl_epi64((const __m128i *)SPREAD[m1]));
+        k += BITS[m1];
+        _mm_storeu_si128((__m128i *)(out + 8 * g), _mm_unpacklo_epi64(lo, hi));
+    }
+    *group = g;
+    return k;
+}
+#endif
+
+static PyObject *expand_nonzero(PyObject *self, PyObject *args)
+{
+    PyObject *out_obj, *bitmap_obj, *values_obj;
+    Py_buffer out, bitmap, values;
+    if (!PyArg_ParseTuple(args, "OOO:expand_nonzero", &out_obj, &bitmap_obj, &values_obj))
+        return NULL;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_CONTIG) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(bitmap_obj, &bitmap, PyBUF_CONTIG_RO) < 0) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(values_obj, &values, PyBUF_CONTIG_RO) < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&bitmap);
+        return NULL;
+    }
+    const unsigned char *bits = bitmap.buf;
+    Py_ssize_t n = out.len, g = 0, k = 0;
+    int fits = bitmap.len == (n + 7) / 8 && !(n % 8 && bits[n / 8] >> (n % 8));
+    if (fits) {
+        Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_SSSE3_TARGET
+        if (__builtin_cpu_supports("ssse3"))
+            k = expand_ssse3(out.buf, n, bits, values.buf, values.len, &g);
+#endif
+        k = expand_scalar(out.buf, n, bits, values.buf, values.len, g, k);
+        Py_END_ALLOW_THREADS
+    }
+    if (!fits || k != values.len)       /* a bit past the plane's end, or values left over */
+        PyErr_Format(PyExc_ValueError, "the bitmap (%zd bytes) does not describe %zd values "
+                     "in %zd bytes", bitmap.len, values.len, n);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&bitmap);
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* A zstd sequence producer (ZSTD_sequenceProducer_F of libzstd 1.5.x, registered with
  * ZSTD_registerSequenceProducer): the block is literals, which zstd Huffman-codes, except
  * that every run of at least ZERO_RUN zero bytes becomes matches. Every such run holds an
@@ -498,6 +597,11 @@ static PyMethodDef methods[] = {
     {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
      "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
      "for the n items of two contiguous buffers of the same length (a whole number of items)."},
+    {"expand_nonzero", expand_nonzero, METH_VARARGS,
+     "expand_nonzero(out, bitmap, values): out[i] = the next of values where bit i of bitmap\n"
+     "is set (least significant bit first), else 0; ValueError unless bitmap has\n"
+     "ceil(len(out) / 8) bytes, no bit past len(out), and as many bits set as values has\n"
+     "bytes."},
     {"zero_run_producer", zero_run_producer, METH_NOARGS,
      "zero_run_producer() -> int: the address of a zstd sequence producer\n"
      "(ZSTD_sequenceProducer_F) that makes each run of 32 or more zero bytes matches and\n"
@@ -520,5 +624,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kernels(void)
 {
+    build_spread();
     return PyModule_Create(&module);
 }

@@ -27,7 +27,9 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 import zstandard as zstd
-from snapops.formats._kernels import unshuffle_xor, zero_run_producer
+import threading
+
+from snapops.formats._kernels import expand_nonzero, unshuffle_xor, zero_run_producer
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.limits import (
     DEFAULT_LIMITS,
@@ -39,7 +41,7 @@ from snapops.formats.zstdframe import (ONE_SHOT, FrameError, FrameWriter, decode
                                        frame_sizes)
 
 MAGIC = b"SNRS"
-VERSION = 2        # one frame per byte plane; version 1 (one frame in all) is still read
+VERSION = 2        # a frame per byte plane, sparse planes; version 1 (one frame) still read
 READABLE = (1, 2)
 # magic, version, itemsize, flags, target length, base length, base sha256, target sha256,
 # payload length
@@ -48,12 +50,16 @@ ITEMSIZES = (1, 2, 4, 8)
 LEVEL = 1          # without the producer: level 3 is 1.5x slower here for the same size
 THREADS = 2
 CHUNK_ITEMS = 1 << 20   # items per chunk of a plane on its way to the compressor
-MAX_FRAMES = 8          # a plane per frame, the last also holding the tail
+MAX_FRAMES = 16         # a frame per plane, two per sparse plane (its bitmap, its values)
 # A plane's literals are Huffman-coded only when its bytes' entropy (sampled) promises a
 # saving of at least 1/8: a plane of nearly random bytes (the second of float32) saved 3% and
 # decoded at 0.76 GB/s, against 11 GB/s stored raw.
 HUFFMAN_BITS_MAX = 7.0
 SAMPLE_STEP = 8
+# A plane (not the last) at most this dense with nonzero bytes is stored sparse: a bitmap of
+# its nonzero bytes, then those bytes. The carry planes (15-30% nonzero) Huffman-decode 3-4x
+# faster that way (a quarter of the bytes to decode) and are 5-10% smaller.
+SPARSE_MAX = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class ResidualHeader:
     base_sha256: str
     target_sha256: str
     payload_length: int
+    sparse: int = 0          # the flags: bit k set, plane k stored sparse (version 2)
 
 
 def _plane_chunks(base: bytes | memoryview, target: bytes | memoryview,
@@ -102,17 +109,15 @@ def _plane_chunks(base: bytes | memoryview, target: bytes | memoryview,
     yield tail
 
 
-def _frame_sizes(length: int, itemsize: int) -> list[int]:
-    """The content sizes of a residual's frames: one per byte plane, the last plane's frame
-    also holding the tail; empty planes have none, and an empty target one empty frame.
+def _plane_sizes(length: int, itemsize: int) -> list[int]:
+    """The bytes of each byte plane of a residual's planes, the last one also holding the
+    tail.
 
-    >>> _frame_sizes(10, 4), _frame_sizes(3, 4), _frame_sizes(0, 2)
-    ([2, 2, 2, 4], [3], [0])
+    >>> _plane_sizes(10, 4), _plane_sizes(3, 4)
+    ([2, 2, 2, 4], [0, 0, 0, 3])
     """
     items, tail = divmod(length, itemsize)
-    sizes = [items] * itemsize
-    sizes[-1] += tail
-    return [s for s in sizes if s] or [0]
+    return [items] * (itemsize - 1) + [items + tail]
 
 
 def _huffman_pays(plane: np.ndarray) -> bool:
@@ -128,6 +133,47 @@ def _huffman_pays(plane: np.ndarray) -> bool:
     return float(-(seen * np.log2(seen)).sum()) <= HUFFMAN_BITS_MAX
 
 
+def _sparse_pays(plane: np.ndarray) -> bool:
+    """Whether a plane whose first bytes are ``plane`` is stored sparse: at most
+    ``SPARSE_MAX`` of every ``SAMPLE_STEP``-th byte nonzero."""
+    sample = plane[::SAMPLE_STEP]
+    return np.count_nonzero(sample) <= SPARSE_MAX * len(sample)
+
+
+def _sparse(first: np.ndarray, chunks: Iterator[np.ndarray], size: int
+            ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The bitmap (bit j of byte g, least significant first: byte 8g + j is nonzero) and the
+    nonzero bytes, in order and as copies, of a plane of ``size`` bytes that starts with
+    ``first`` and goes on with ``chunks``.
+
+    >>> bitmap, values = _sparse(np.array([0, 5, 0, 0, 0, 0, 0, 0, 7], np.uint8), iter([]), 9)
+    >>> bitmap.tolist(), [v.tolist() for v in values]
+    ([2, 1], [[5, 7]])
+    """
+    bitmaps, values, pending = [], [], np.zeros(0, bool)
+    chunk, done = first, 0
+    while True:
+        nonzero = chunk != 0
+        values.append(chunk[nonzero])
+        mask = np.concatenate((pending, nonzero)) if len(pending) else nonzero
+        whole = len(mask) // 8 * 8
+        bitmaps.append(np.packbits(mask[:whole], bitorder="little"))
+        pending = mask[whole:]
+        done += len(chunk)
+        if done >= size:
+            break
+        chunk = next(chunks)
+    bitmaps.append(np.packbits(pending, bitorder="little"))
+    return np.concatenate(bitmaps), values
+
+
+def _write_frame(out: BinaryIO, parts: list[np.ndarray], literals: bool) -> None:
+    with FrameWriter(out, sum(len(p) for p in parts), level=LEVEL, threads=THREADS,
+                     producer=zero_run_producer(), literals=literals) as frame:
+        for part in parts:
+            frame.write(part)
+
+
 def write_residual(base: bytes | memoryview, target: bytes | memoryview, out: BinaryIO, *,
                    itemsize: int, base_sha256: str | None = None,
                    target_sha256: str | None = None) -> int:
@@ -141,8 +187,17 @@ def write_residual(base: bytes | memoryview, target: bytes | memoryview, out: Bi
     start = out.tell()
     out.write(bytes(HEADER.size))                       # the header is written last
     chunks = _plane_chunks(base, target, itemsize)
-    for size in _frame_sizes(len(target), itemsize):
-        first = next(chunks) if size else np.empty(0, np.uint8)
+    sparse = 0
+    for plane, size in enumerate(_plane_sizes(len(target), itemsize)):
+        if not size:
+            continue
+        first = next(chunks)
+        if plane < itemsize - 1 and _sparse_pays(first):
+            sparse |= 1 << plane
+            bitmap, values = _sparse(first, chunks, size)
+            _write_frame(out, [bitmap], _huffman_pays(bitmap))
+            _write_frame(out, values, _huffman_pays(values[0]))
+            continue
         with FrameWriter(out, size, level=LEVEL, threads=THREADS, producer=zero_run_producer(),
                          literals=_huffman_pays(first)) as frame:
             frame.write(first)
@@ -151,9 +206,11 @@ def write_residual(base: bytes | memoryview, target: bytes | memoryview, out: Bi
                 chunk = next(chunks)
                 frame.write(chunk)
                 done += len(chunk)
+    if len(target) == 0:
+        _write_frame(out, [], True)
     end = out.tell()
     out.seek(start)
-    out.write(HEADER.pack(MAGIC, VERSION, itemsize, 0, len(target), len(base),
+    out.write(HEADER.pack(MAGIC, VERSION, itemsize, sparse, len(target), len(base),
                           bytes.fromhex(base_sha256 or hashlib.sha256(base).hexdigest()),
                           bytes.fromhex(target_sha256 or hashlib.sha256(target).hexdigest()),
                           end - start - HEADER.size))
@@ -184,18 +241,22 @@ def read_header(blob: bytes | memoryview, path: str = "residual", *,
     if magic != MAGIC:
         raise FormatError("not a snapops residual", path=path, offset=0, check="residual",
                           expected=repr(MAGIC), got=repr(magic))
-    if version not in READABLE or flags != 0:
+    if version not in READABLE:
         raise FormatError("unsupported residual version", path=path, offset=4,
-                          check="residual", expected="version 1 or 2, flags 0",
-                          got=f"version {version}, flags {flags}")
+                          check="residual", expected="version 1 or 2",
+                          got=f"version {version}")
     if itemsize not in ITEMSIZES:
         raise FormatError("bad residual item size", path=path, offset=5, check="residual",
                           expected=f"one of {ITEMSIZES}", got=str(itemsize))
+    sparse_ok = (1 << (itemsize - 1)) - 1 if version == 2 and t_len >= itemsize else 0
+    if flags & ~sparse_ok:
+        raise FormatError("bad residual flags", path=path, offset=6, check="residual",
+                          expected=f"sparse planes within {sparse_ok:#x}", got=f"{flags:#x}")
     if HEADER.size + p_len != total:
         raise FormatError("residual payload length differs from the header", path=path,
                           offset=HEADER.size - 8, check="residual",
                           expected=f"{HEADER.size + p_len} bytes in all", got=f"{total}")
-    return ResidualHeader(itemsize, t_len, b_len, b_sha.hex(), t_sha.hex(), p_len)
+    return ResidualHeader(itemsize, t_len, b_len, b_sha.hex(), t_sha.hex(), p_len, flags)
 
 
 def residual_planes(blob: bytes | memoryview, *, path: str = "residual",
@@ -248,37 +309,125 @@ def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeade
     memory per residual; None: a new one, allocated once the frames declare that length) and
     returned as its first ``target_length`` bytes. ``source`` is the payload, or a file
     positioned at its first byte. The payload must be at most ``MAX_FRAMES`` zstd frames whose
-    declared content sizes add up to exactly that length (the encoder always declares them),
+    declared content sizes hold exactly the planes (sparse ones as a bitmap and its values),
     so nothing beyond ``out`` is ever written."""
     length = head.target_length
-    planes = None
+    segments = _segments(head)
     try:
         with _payload(source) as payload:
             if payload is not None and ONE_SHOT:
                 frames = frame_sizes(payload, MAX_FRAMES)
-                _check_length(sum(declared for _, declared in frames), length, path)
+                _check_frames(frames, segments, length, path)
                 planes = _allocate(length, path) if out is None else out[:length]
-                got = decode_frames_into(payload, planes, frames)
+                _decode_segments(payload, frames, segments, planes)
             else:
                 planes = _allocate(length, path) if out is None else out[:length]
-                got, more = _stream_into(source, planes)
-                _check_length(got + more, length, path)
+                _stream_segments(source, segments, planes, path)
     except (zstd.ZstdError, FrameError) as exc:
         raise FormatError(f"residual payload is not valid zstd: {exc}", path=path,
                           offset=HEADER.size, check="residual") from None
-    _check_length(got, length, path)
+    except FormatError:
+        raise
+    except ValueError as exc:                           # a sparse plane's bitmap and values
+        raise FormatError(f"residual payload has a bad sparse plane: {exc}", path=path,
+                          offset=HEADER.size, check="residual") from None
     return planes
 
 
-def _stream_into(source, planes: np.ndarray) -> tuple[int, int]:
-    """Where libzstd's one-shot decoder cannot be used: the frames streamed into ``planes``;
-    (bytes written, 1 if there was more to decode, else 0)."""
+def _segments(head: ResidualHeader) -> list[tuple[int, int, bool]]:
+    """Where the decoded frames go: (offset, bytes, sparse) per plane that has bytes; without
+    sparse planes, all of the target as one segment (frames cut anywhere).
+
+    >>> _segments(ResidualHeader(4, 10, 0, "", "", 0, sparse=0b100))
+    [(0, 2, False), (2, 2, False), (4, 2, True), (6, 4, False)]
+    """
+    if not head.sparse:
+        return [(0, head.target_length, False)]
+    sizes = _plane_sizes(head.target_length, head.itemsize)
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    return [(at, size, bool(head.sparse >> k & 1))
+            for k, (at, size) in enumerate(zip(starts, sizes)) if size]
+
+
+def _check_frames(frames: list[tuple[int, int]], segments: list[tuple[int, int, bool]],
+                  length: int, path: str) -> None:
+    """The frames' declared sizes against the planes, before anything is decoded."""
+    if len(segments) == 1 and not segments[0][2]:
+        _check_length(sum(declared for _, declared in frames), length, path)
+        return
+    wanted = sum(2 if sparse else 1 for _, _, sparse in segments)
+    if len(frames) != wanted:
+        raise FormatError("residual payload does not have a frame per plane", path=path,
+                          offset=HEADER.size, check="residual",
+                          expected=f"{wanted} frames", got=f"{len(frames)}")
+    at = 0
+    for _, size, sparse in segments:
+        rules = [("exactly", (size + 7) // 8), ("at most", size)] if sparse \
+            else [("exactly", size)]
+        for (rule, bound), (_, declared) in zip(rules, frames[at:at + len(rules)]):
+            if declared > bound or (rule == "exactly" and declared != bound):
+                raise FormatError("residual frame does not fit its plane", path=path,
+                                  offset=HEADER.size, check="residual",
+                                  expected=f"{rule} {bound} bytes", got=f"{declared} bytes")
+        at += len(rules)
+
+
+def _decode_segments(payload: memoryview, frames: list[tuple[int, int]],
+                     segments: list[tuple[int, int, bool]], planes: np.ndarray) -> None:
+    if len(segments) == 1 and not segments[0][2]:
+        decode_frames_into(payload, planes, frames)
+        return
+    at = index = 0
+    for offset, size, sparse in segments:
+        count = 2 if sparse else 1
+        mine = frames[index:index + count]
+        end = at + sum(compressed for compressed, _ in mine)
+        if not sparse:
+            decode_frames_into(payload[at:end], planes[offset:offset + size], mine)
+        else:
+            scratch = _scratch(sum(declared for _, declared in mine))
+            decode_frames_into(payload[at:end], scratch, mine)
+            split = mine[0][1]
+            expand_nonzero(planes[offset:offset + size], scratch[:split], scratch[split:])
+        at, index = end, index + count
+
+
+def _stream_segments(source, segments: list[tuple[int, int, bool]], planes: np.ndarray,
+                     path: str) -> None:
+    """Where libzstd's one-shot decoder cannot be used: the frames streamed, each segment
+    into its place (a sparse plane's bitmap first, which says how many values follow)."""
     reader = zstd_decompressor().stream_reader(source, read_size=1 << 20, closefd=False,
                                                read_across_frames=True)
-    view, got = memoryview(planes), 0
-    while got < len(view) and (n := reader.readinto(view[got:])):
-        got += n
-    return got, len(reader.read(1))
+
+    def read_into(view: memoryview) -> int:
+        got = 0
+        while got < len(view) and (n := reader.readinto(view[got:])):
+            got += n
+        return got
+
+    for offset, size, sparse in segments:
+        if not sparse:
+            got = read_into(memoryview(planes[offset:offset + size]))
+            _check_length(got, size, path)
+            continue
+        bitmap = np.empty((size + 7) // 8, np.uint8)
+        _check_length(read_into(memoryview(bitmap)), len(bitmap), path)
+        values = np.empty(int(np.unpackbits(bitmap).sum()), np.uint8)
+        _check_length(read_into(memoryview(values)), len(values), path)
+        expand_nonzero(planes[offset:offset + size], bitmap, values)
+    _check_length(sum(size for _, size, _ in segments) + len(reader.read(1)),
+                  planes.size, path)
+
+
+_local = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's buffer for a sparse plane's bitmap and values, grown as needed."""
+    buffer = getattr(_local, "scratch", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.scratch = np.empty(max(size, 1 << 20), np.uint8)
+    return buffer[:size]
 
 
 def _check_length(got: int, length: int, path: str) -> None:

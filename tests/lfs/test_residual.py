@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zstandard as zstd
-from snapops.formats._kernels import unshuffle_xor
+from snapops.formats._kernels import expand_nonzero, unshuffle_xor
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
 from snapops.formats.generation.residual import (
@@ -175,29 +175,35 @@ def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
 
 
 def test_a_plane_per_frame_its_literals_coded_only_where_that_pays():
-    """float32 steps of 1e-3: the two low planes are nearly random (literals stored raw: each
-    frame about its plane's size), the carry and top planes mostly zeros (coded: far
-    smaller); the frames' contents are the planes in order."""
+    """float32 steps of 1e-3: the two low planes are nearly random (a frame each, literals
+    stored raw: about the plane's size), the carry plane sparse (a bitmap frame and a frame
+    of its nonzero bytes, far smaller), the top plane mostly zeros (coded)."""
     from snapops.formats.zstdframe import frame_sizes
 
-    base, target = _pair(np.float32, n=200_000)
+    n = 200_000
+    base, target = _pair(np.float32, n=n)
     blob = encode_residual(base, target, itemsize=4)
+    head = read_header(blob)
+    assert blob[4] == 2 and head.sparse == 0b100
     frames = frame_sizes(memoryview(blob)[HEADER.size:])
-    assert [declared for _, declared in frames] == [200_000] * 4
+    carry = np.count_nonzero(_planes(base, target)[2 * n:3 * n])
+    assert [declared for _, declared in frames] == [n, n, n // 8, carry, n]
+    assert 0.1 * n < carry < 0.5 * n
     sizes = [size for size, _ in frames]
-    assert sizes[0] > 200_000 and sizes[1] > 0.99 * 200_000       # raw (and a few headers)
-    assert sizes[2] < 0.6 * 200_000 and sizes[3] < 0.1 * 200_000
-    assert blob[4] == 2
+    assert sizes[0] > n and sizes[1] > 0.99 * n                   # raw (and a few headers)
+    assert sizes[2] + sizes[3] < 0.4 * n and sizes[4] < 0.1 * n
+    assert decode_residual(base, blob) == target
 
 
 @pytest.mark.parametrize("frames,message", [
-    (9, "more than 8 frames"), (3, "does not hold its declared length"),
+    (17, "more than 16 frames"), (3, "does not hold its declared length"),
 ])
 def test_a_payload_of_too_many_or_too_few_frames_is_refused(frames, message):
-    """Eight frames at most (a plane each), their declared sizes adding up to the target."""
+    """16 frames at most (a plane each, two for a sparse one), their declared sizes adding up
+    to the target."""
     base, target = _pair(np.float32, n=1000)
     planes = _planes(base, target).tobytes()
-    cut = len(planes) // 8 if frames > 4 else len(planes) // 4
+    cut = len(planes) // 16 if frames > 4 else len(planes) // 4
     parts = [planes[k * cut:(k + 1) * cut] for k in range(frames - 1)]
     parts.append(planes[(frames - 1) * cut:] if frames > 4 else b"")
     payload = b"".join(zstd.ZstdCompressor().compress(p) for p in parts)
@@ -206,6 +212,75 @@ def test_a_payload_of_too_many_or_too_few_frames_is_refused(frames, message):
                        len(payload))
     with pytest.raises(FormatError, match=rf"\[residual\].*{message}"):
         decode_residual(base, head + payload)
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 4099])
+@pytest.mark.parametrize("density", [0.0, 0.1, 0.5, 1.0])
+def test_the_expand_kernel_puts_each_value_where_its_bit_says(count, density):
+    """The C kernel (16 bytes at a time, then byte by byte near the end of the plane or of
+    the values) against numpy; one value too few or too many, or a bit past the plane's end,
+    is a ValueError and nothing is read beyond the values."""
+    rng = np.random.default_rng(count + int(density * 10))
+    plane = np.where(rng.random(count) < density, rng.integers(1, 256, count), 0)
+    plane = plane.astype(np.uint8)
+    bitmap = np.packbits(plane != 0, bitorder="little")
+    values = plane[plane != 0]
+    out = np.full(count, 7, np.uint8)
+    expand_nonzero(out, bitmap, values)
+    assert np.array_equal(out, plane)
+    wrong = [(bitmap, np.append(values, np.uint8(1)))]
+    if len(values):
+        wrong.append((bitmap, values[:-1].copy()))
+    if count % 8:
+        past = bitmap.copy()
+        past[-1] |= 0x80
+        wrong.append((past, np.append(values, np.uint8(1))))
+    for bits, vals in wrong:
+        with pytest.raises(ValueError, match="does not describe"):
+            expand_nonzero(np.empty(count, np.uint8), bits, vals)
+
+
+def _sparse_blob(base: bytes, target: bytes, *, flags: int = 0b100, version: int = 2,
+                 bitmap_extra: bytes = b"", values_cut: int = 0, drop_frame: bool = False):
+    """A float32 residual built by hand: planes 0, 1 and 3 a frame each, plane 2 as its
+    bitmap frame and its values frame (optionally damaged)."""
+    planes = _planes(base, target)
+    n = len(target) // 4
+    carry = planes[2 * n:3 * n]
+    bitmap = np.packbits(carry != 0, bitorder="little").tobytes() + bitmap_extra
+    values = carry[carry != 0].tobytes()[values_cut:]
+    parts = [planes[:n], planes[n:2 * n], bitmap, values, planes[3 * n:]]
+    if drop_frame:
+        parts.pop()
+    payload = b"".join(zstd.ZstdCompressor().compress(bytes(p)) for p in parts)
+    return HEADER.pack(b"SNRS", version, 4, flags, len(target), len(base),
+                       hashlib.sha256(base).digest(), hashlib.sha256(target).digest(),
+                       len(payload)) + payload
+
+
+@pytest.mark.parametrize("one_shot", [True, False])
+def test_a_sparse_plane_decodes_one_shot_and_streamed(monkeypatch, one_shot):
+    base, target = _pair(np.float32, n=4099)
+    monkeypatch.setattr(residual, "ONE_SHOT", one_shot)
+    assert decode_residual(base, _sparse_blob(base, target)) == target
+    assert decode_residual(base, encode_residual(base, target, itemsize=4)) == target
+
+
+@pytest.mark.parametrize("damage,message", [
+    (dict(flags=0b1000), r"bad residual flags.*within 0x7.*got 0x8"),
+    (dict(flags=0b100, version=1), r"bad residual flags.*within 0x0"),
+    (dict(values_cut=1), r"bad sparse plane: the bitmap"),
+    (dict(bitmap_extra=b"\0"), r"frame does not fit its plane.*exactly 513 bytes.*514"),
+    (dict(drop_frame=True), r"does not have a frame per plane.*5 frames.*4"),
+])
+@pytest.mark.parametrize("one_shot", [True, False])
+def test_a_damaged_sparse_plane_is_refused(monkeypatch, damage, message, one_shot):
+    base, target = _pair(np.float32, n=4099)
+    monkeypatch.setattr(residual, "ONE_SHOT", one_shot)
+    if not one_shot and ("frame" in message or "values_cut" in damage):
+        message = r"\[residual\]"                 # streamed: frames are not walked
+    with pytest.raises(FormatError, match=message):
+        decode_residual(base, _sparse_blob(base, target, **damage))
 
 
 def test_a_version_1_residual_of_one_frame_still_decodes():
