@@ -350,14 +350,18 @@ static PyObject *unshuffle_xor(PyObject *self, PyObject *args)
  * order, expanded into the plane. Eight bytes at a time: the bitmap byte picks a shuffle
  * that moves the next popcount values into place and zeros the rest (SSSE3 where the CPU has
  * it, else one byte at a time). */
-static uint8_t SPREAD[256][8], BITS[256];     /* BITS: no popcnt instruction assumed */
+static uint8_t SPREAD[256][8], GATHER[256][8], BITS[256];   /* BITS: no popcnt assumed */
 
 static void build_spread(void)
 {
     for (int m = 0; m < 256; m++) {
         int k = 0;
-        for (int j = 0; j < 8; j++)
+        memset(GATHER[m], 0x80, 8);
+        for (int j = 0; j < 8; j++) {
+            if (m >> j & 1)
+                GATHER[m][k] = (uint8_t)j;
             SPREAD[m][j] = (m >> j & 1) ? (uint8_t)k++ : 0x80;
+        }
         BITS[m] = (uint8_t)k;
     }
 }
@@ -399,6 +403,89 @@ static Py_ssize_t expand_ssse3(unsigned char *out, Py_ssize_t n, const unsigned 
     return k;
 }
 #endif
+
+/* The other way (the writer's): the bitmap and the nonzero bytes of a plane; the number of
+ * values, all written below values + n and never ahead of the byte being read, so values may
+ * be the plane itself (compacted in place). */
+static Py_ssize_t compact_scalar(const unsigned char *plane, Py_ssize_t n,
+                                 unsigned char *bitmap, unsigned char *values, Py_ssize_t g,
+                                 Py_ssize_t k)
+{
+    for (Py_ssize_t i = 8 * g; i < n; i++) {
+        if (!(i & 7))
+            bitmap[i >> 3] = 0;
+        unsigned bit = plane[i] != 0;
+        bitmap[i >> 3] |= (unsigned char)(bit << (i & 7));
+        values[k] = plane[i];
+        k += bit;
+    }
+    return k;
+}
+
+#ifdef HAVE_SSSE3_TARGET
+__attribute__((target("ssse3")))
+static Py_ssize_t compact_ssse3(const unsigned char *plane, Py_ssize_t n,
+                                unsigned char *bitmap, unsigned char *values,
+                                Py_ssize_t *group)
+{
+    Py_ssize_t g = 0, k = 0;
+    const __m128i zero = _mm_setzero_si128();
+    for (; 8 * g + 16 <= n; g += 2) {     /* k + 8 <= 8g + 16 <= n: stores stay below n */
+        __m128i v = _mm_loadu_si128((const __m128i *)(plane + 8 * g));
+        unsigned m = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, zero)) & 0xFFFF;
+        unsigned lo = m & 0xFF, hi = m >> 8;
+        bitmap[g] = (unsigned char)lo;
+        bitmap[g + 1] = (unsigned char)hi;
+        _mm_storel_epi64((__m128i *)(values + k),
+                         _mm_shuffle_epi8(v, _mm_loadl_epi64((const __m128i *)GATHER[lo])));
+        k += BITS[lo];
+        _mm_storel_epi64((__m128i *)(values + k),
+                         _mm_shuffle_epi8(_mm_srli_si128(v, 8),
+                                          _mm_loadl_epi64((const __m128i *)GATHER[hi])));
+        k += BITS[hi];
+    }
+    *group = g;
+    return k;
+}
+#endif
+
+static PyObject *compact_nonzero(PyObject *self, PyObject *args)
+{
+    PyObject *plane_obj, *bitmap_obj, *values_obj;
+    Py_buffer plane, bitmap, values;
+    if (!PyArg_ParseTuple(args, "OOO:compact_nonzero", &plane_obj, &bitmap_obj, &values_obj))
+        return NULL;
+    if (PyObject_GetBuffer(plane_obj, &plane, PyBUF_CONTIG_RO) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(bitmap_obj, &bitmap, PyBUF_CONTIG) < 0) {
+        PyBuffer_Release(&plane);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(values_obj, &values, PyBUF_CONTIG) < 0) {
+        PyBuffer_Release(&plane);
+        PyBuffer_Release(&bitmap);
+        return NULL;
+    }
+    Py_ssize_t n = plane.len, g = 0, k = -1;
+    if (bitmap.len == (n + 7) / 8 && values.len >= n) {
+        k = 0;
+        Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_SSSE3_TARGET
+        if (__builtin_cpu_supports("ssse3"))
+            k = compact_ssse3(plane.buf, n, bitmap.buf, values.buf, &g);
+#endif
+        k = compact_scalar(plane.buf, n, bitmap.buf, values.buf, g, k);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyErr_Format(PyExc_ValueError, "a plane of %zd bytes needs a bitmap of %zd bytes and "
+                     "room for %zd values: got %zd and %zd", n, (n + 7) / 8, n, bitmap.len,
+                     values.len);
+    }
+    PyBuffer_Release(&plane);
+    PyBuffer_Release(&bitmap);
+    PyBuffer_Release(&values);
+    return k < 0 ? NULL : PyLong_FromSsize_t(k);
+}
 
 static PyObject *expand_nonzero(PyObject *self, PyObject *args)
 {
@@ -599,6 +686,11 @@ static PyMethodDef methods[] = {
     {"unshuffle_xor", unshuffle_xor, METH_VARARGS,
      "unshuffle_xor(items, planes, itemsize): items[i * itemsize + k] ^= planes[k * n + i]\n"
      "for the n items of two contiguous buffers of the same length (a whole number of items)."},
+    {"compact_nonzero", compact_nonzero, METH_VARARGS,
+     "compact_nonzero(plane, bitmap, values) -> int: bit i of bitmap (least significant\n"
+     "first; ceil(len(plane) / 8) bytes) set where plane[i] is not 0, those bytes in order at\n"
+     "the start of values (room for len(plane); may be plane itself); their number.\n"
+     "expand_nonzero undoes it."},
     {"expand_nonzero", expand_nonzero, METH_VARARGS,
      "expand_nonzero(out, bitmap, values): out[i] = the next of values where bit i of bitmap\n"
      "is set (least significant bit first), else 0; ValueError unless bitmap has\n"

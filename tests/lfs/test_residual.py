@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import zstandard as zstd
-from snapops.formats._kernels import expand_nonzero, unshuffle_xor
+from snapops.formats._kernels import compact_nonzero, expand_nonzero, unshuffle_xor
 from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
 from snapops.formats.generation.residual import (
@@ -238,6 +238,30 @@ def test_the_expand_kernel_puts_each_value_where_its_bit_says(count, density):
     for bits, vals in wrong:
         with pytest.raises(ValueError, match="does not describe"):
             expand_nonzero(np.empty(count, np.uint8), bits, vals)
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 4099])
+@pytest.mark.parametrize("density", [0.0, 0.1, 0.5, 1.0])
+def test_the_compact_kernel_is_numpys_bitmap_and_mask_even_in_place(count, density):
+    rng = np.random.default_rng(count + int(density * 10))
+    plane = np.where(rng.random(count) < density, rng.integers(1, 256, count), 0)
+    plane = plane.astype(np.uint8)
+    bitmap = np.full((count + 7) // 8, 0xA5, np.uint8)
+    values = np.full(count, 0xEE, np.uint8)
+    got = compact_nonzero(plane, bitmap, values)
+    assert np.array_equal(bitmap, np.packbits(plane != 0, bitorder="little"))
+    assert got == np.count_nonzero(plane) and np.array_equal(values[:got], plane[plane != 0])
+    in_place = plane.copy()
+    assert compact_nonzero(in_place, bitmap, in_place) == got
+    assert np.array_equal(in_place[:got], plane[plane != 0])
+    back = np.empty(count, np.uint8)
+    expand_nonzero(back, bitmap, values[:got])
+    assert np.array_equal(back, plane)
+    with pytest.raises(ValueError, match="needs a bitmap of"):
+        compact_nonzero(plane, np.empty(len(bitmap) + 1, np.uint8), values)
+    if count:
+        with pytest.raises(ValueError, match="room for"):
+            compact_nonzero(plane, bitmap, values[:-1])
 
 
 def _sparse_blob(base: bytes, target: bytes, *, flags: int = 0b100, version: int = 2,
