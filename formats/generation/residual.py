@@ -178,7 +178,7 @@ def write_residual(base: bytes | memoryview, target: bytes | memoryview, out: Bi
     file, from its current position); its length. ``itemsize`` is the width of the numbers in
     the file (bytes per element of its dominant dtype). The planes go through the compressor a
     chunk at a time, so no copy of either file is held in memory (a sparse plane is gathered
-    first: one plane, a quarter of a float32 file, at most). A caller that already knows the
+    first: one plane, 1/itemsize of the file, at most). A caller that already knows the
     SHA-256 of either (hex) passes it and saves a pass over the bytes."""
     if itemsize not in ITEMSIZES:
         raise ValueError(f"itemsize must be one of {ITEMSIZES}, got {itemsize}")
