@@ -314,8 +314,8 @@ class Pt(SnapshotFormat):
             sink = _RaisingSink(out)
             try:
                 torch.save(state, sink)
-            except Exception:
-                sink.reraise()
+            except Exception as failure:
+                sink.reraise(failure)
                 raise
             sink.reraise()      # torch's writer may also go on after a failed write
         return self.result(path, snapshot, out.size, out.hexdigest())
@@ -366,10 +366,16 @@ class _RaisingSink:
         if self.raised is None:
             self.out.flush()
 
-    def reraise(self) -> None:
+    def reraise(self, failure: BaseException | None = None) -> None:
+        """Raise what ``write`` kept; or, when torch's ``failure`` came from an exception
+        raised before ``write`` could keep it (a Ctrl-C handled as Python enters it), the
+        KeyboardInterrupt or OSError torch's RuntimeError names as its context."""
         if self.raised is not None:
             raised, self.raised = self.raised, None
             raise raised
+        context = failure.__context__ if failure is not None else None
+        if isinstance(context, (KeyboardInterrupt, OSError)):
+            raise context
 
 
 def _is_zip(path: str) -> bool:

@@ -254,6 +254,30 @@ else:
 """
 
 
+def test_a_ctrl_c_torch_turned_into_its_error_comes_out_as_itself():
+    """A Ctrl-C handled as Python enters the sink's ``write``, before it can keep it: torch's
+    RuntimeError ("unexpected pos") names it as its context, and the save raises it."""
+    import io
+
+    import torch
+    from snapops.formats.pt import _RaisingSink
+
+    class Interrupted(io.BytesIO):
+        calls = 0
+
+        def write(self, data):
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+            return super().write(data)
+
+    with pytest.raises(RuntimeError, match="unexpected pos") as failed:
+        torch.save({"a": torch.zeros(1000)}, Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        _RaisingSink(io.BytesIO()).reraise(failed.value)
+    _RaisingSink(io.BytesIO()).reraise(RuntimeError("no context"))      # nothing to raise
+
+
 def test_ctrl_c_during_a_save_is_a_keyboard_interrupt(tmp_path):
     """torch's C++ zip writer swallowed a KeyboardInterrupt raised in snapops' write and
     failed with RuntimeError "unexpected pos"; the old file survives, no temp file stays."""
