@@ -404,6 +404,30 @@ static Py_ssize_t expand_ssse3(unsigned char *out, Py_ssize_t n, const unsigned 
 }
 #endif
 
+/* The three buffers (contiguous; writable where flags say PyBUF_CONTIG) of a call taking
+ * exactly three objects; 0, or -1 with an exception set and nothing held. */
+static int three_buffers(PyObject *args, const char *name, Py_buffer bufs[3],
+                         const int flags[3])
+{
+    PyObject *objs[3];
+    if (!PyArg_UnpackTuple(args, name, 3, 3, &objs[0], &objs[1], &objs[2]))
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        if (PyObject_GetBuffer(objs[i], &bufs[i], flags[i]) < 0) {
+            while (i--)
+                PyBuffer_Release(&bufs[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_three(Py_buffer bufs[3])
+{
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&bufs[i]);
+}
+
 /* The other way (the writer's): the bitmap and the nonzero bytes of a plane; the number of
  * values, all written below values + n and never ahead of the byte being read, so values may
  * be the plane itself (compacted in place). */
@@ -451,21 +475,11 @@ static Py_ssize_t compact_ssse3(const unsigned char *plane, Py_ssize_t n,
 
 static PyObject *compact_nonzero(PyObject *self, PyObject *args)
 {
-    PyObject *plane_obj, *bitmap_obj, *values_obj;
-    Py_buffer plane, bitmap, values;
-    if (!PyArg_ParseTuple(args, "OOO:compact_nonzero", &plane_obj, &bitmap_obj, &values_obj))
+    Py_buffer bufs[3];
+    if (three_buffers(args, "compact_nonzero", bufs,
+                      (const int[3]){PyBUF_CONTIG_RO, PyBUF_CONTIG, PyBUF_CONTIG}) < 0)
         return NULL;
-    if (PyObject_GetBuffer(plane_obj, &plane, PyBUF_CONTIG_RO) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(bitmap_obj, &bitmap, PyBUF_CONTIG) < 0) {
-        PyBuffer_Release(&plane);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(values_obj, &values, PyBUF_CONTIG) < 0) {
-        PyBuffer_Release(&plane);
-        PyBuffer_Release(&bitmap);
-        return NULL;
-    }
+    Py_buffer plane = bufs[0], bitmap = bufs[1], values = bufs[2];
     Py_ssize_t n = plane.len, g = 0, k = -1;
     if (bitmap.len == (n + 7) / 8 && values.len >= n) {
         k = 0;
@@ -481,29 +495,17 @@ static PyObject *compact_nonzero(PyObject *self, PyObject *args)
                      "room for %zd values: got %zd and %zd", n, (n + 7) / 8, n, bitmap.len,
                      values.len);
     }
-    PyBuffer_Release(&plane);
-    PyBuffer_Release(&bitmap);
-    PyBuffer_Release(&values);
+    release_three(bufs);
     return k < 0 ? NULL : PyLong_FromSsize_t(k);
 }
 
 static PyObject *expand_nonzero(PyObject *self, PyObject *args)
 {
-    PyObject *out_obj, *bitmap_obj, *values_obj;
-    Py_buffer out, bitmap, values;
-    if (!PyArg_ParseTuple(args, "OOO:expand_nonzero", &out_obj, &bitmap_obj, &values_obj))
+    Py_buffer bufs[3];
+    if (three_buffers(args, "expand_nonzero", bufs,
+                      (const int[3]){PyBUF_CONTIG, PyBUF_CONTIG_RO, PyBUF_CONTIG_RO}) < 0)
         return NULL;
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_CONTIG) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(bitmap_obj, &bitmap, PyBUF_CONTIG_RO) < 0) {
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(values_obj, &values, PyBUF_CONTIG_RO) < 0) {
-        PyBuffer_Release(&out);
-        PyBuffer_Release(&bitmap);
-        return NULL;
-    }
+    Py_buffer out = bufs[0], bitmap = bufs[1], values = bufs[2];
     const unsigned char *bits = bitmap.buf;
     Py_ssize_t n = out.len, g = 0, k = 0;
     int fits = bitmap.len == (n + 7) / 8 && !(n % 8 && bits[n / 8] >> (n % 8));
@@ -516,13 +518,12 @@ static PyObject *expand_nonzero(PyObject *self, PyObject *args)
         k = expand_scalar(out.buf, n, bits, values.buf, values.len, g, k);
         Py_END_ALLOW_THREADS
     }
-    if (!fits || k != values.len)       /* a bit past the plane's end, or values left over */
+    int bad = !fits || k != values.len;   /* a bit past the plane's end, or values left over */
+    if (bad)
         PyErr_Format(PyExc_ValueError, "the bitmap (%zd bytes) does not describe %zd values "
                      "in %zd bytes", bitmap.len, values.len, n);
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&bitmap);
-    PyBuffer_Release(&values);
-    if (PyErr_Occurred())
+    release_three(bufs);
+    if (bad)
         return NULL;
     Py_RETURN_NONE;
 }

@@ -8,8 +8,8 @@ straight into its place). python-zstandard also ships libzstd compiled for cffi
 thread and the GIL released (cffi releases it around each call). An LFS-store restore of
 128 MiB (gen 30: the keyframe and 4 residuals) used 0.72-0.82 CPU-s this way against
 0.81-0.89 streaming (medians of 21 and of 9 alternating restores, three runs).
-Where that backend cannot be imported, :func:`decode_frames_into` returns None and the caller
-streams as before.
+Where that backend cannot be imported, :data:`ONE_SHOT` is False and callers stream instead
+(:func:`frame_sizes` and :func:`decode_frames_into` need it).
 
 :class:`FrameWriter` writes one frame through ``ZSTD_compressStream2``, optionally with a
 sequence producer in place of zstd's match finders: the residuals of the LFS store are parsed
@@ -80,14 +80,12 @@ def frame_sizes(src, max_frames: int = MAX_FRAMES) -> list[tuple[int, int]]:
     return frames
 
 
-def decode_frames_into(src, out, frames: list[tuple[int, int]] | None = None) -> int | None:
+def decode_frames_into(src, out, frames: list[tuple[int, int]] | None = None) -> int:
     """Decode ``src`` (zstd frames back to back, as :func:`frame_sizes` walks them, or
     ``frames`` when the caller has walked them already) into ``out`` (a writable buffer),
     each frame straight into its place; the number of bytes written. libzstd never writes
     beyond ``out``: frames that decode to more fail. FrameError when ``src`` is not such
-    frames, or they do not fit; None when the cffi backend is not there."""
-    if lib is None:
-        return None
+    frames, or they do not fit. Needs the cffi backend (:data:`ONE_SHOT`)."""
     frames = frame_sizes(src) if frames is None else frames
     source = ffi.from_buffer(src)
     try:
