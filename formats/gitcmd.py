@@ -68,6 +68,7 @@ REMOTE_LINES = 3      # the first "remote:" lines a summary keeps from the middl
 STDERR_KEEP = 64 << 10          # the tail of stderr kept for the error summary
 CANCEL_POLL = 0.25              # seconds between looks at a cancel event
 _READ = 1 << 16
+OPEN_INPUT_MAX = 16 << 10       # open_git's stdin: well inside a pipe's 64 KiB
 # Paths one listing of a tree (ls-tree -r) may name. Trees are shared by id,
 # so a pushed tree of a few hundred bytes can stand for billions of paths ("tree bomb"), which
 # git lists for hours; a snapshot repository's commits name thousands.
@@ -426,20 +427,29 @@ def run_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
 @contextlib.contextmanager
 def open_git(args: Sequence[str], *, cwd: str | os.PathLike | None = None,
              env: Mapping[str, str] | None = None, what: str | None = None,
-             bufsize: int = -1) -> Iterator[BinaryIO]:
+             bufsize: int = -1, input: bytes | None = None) -> Iterator[BinaryIO]:
     """Stream git's stdout (``cat-file blob``: no copy in memory or on disk).
 
     Leaving the block before the end stops git (a sniff, a header, a failure); reading it all
-    and then finding git failed raises GitError.
+    and then finding git failed raises GitError. ``input`` (at most ``OPEN_INPUT_MAX``
+    bytes: it is written whole before anything is read, so it must fit the pipe) is git's
+    stdin (``cat-file --batch`` questions), else stdin is empty.
 
     Example::
 
         with open_git(["cat-file", "blob", oid], cwd=repo) as blob:
             head = blob.read(64)
     """
-    proc = _spawn(args, cwd, env, subprocess.DEVNULL, subprocess.PIPE, bufsize)
+    if input is not None and len(input) > OPEN_INPUT_MAX:
+        raise ValueError(f"open_git input of {len(input)} bytes: at most {OPEN_INPUT_MAX}")
+    proc = _spawn(args, cwd, env, subprocess.DEVNULL if input is None else subprocess.PIPE,
+                  subprocess.PIPE, bufsize)
     finished = False
     try:
+        if input is not None:
+            with contextlib.suppress(BrokenPipeError):     # git ended early: its status says why
+                proc.stdin.write(input)
+                proc.stdin.close()
         yield proc.stdout
         finished = True
     finally:

@@ -23,8 +23,9 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Sequence
 
+from snapops.formats.errors import GitError
 from snapops.formats.gitcmd import (
     MAX_LISTED_PATHS, open_git, run_git, run_listing, tree_records,
 )
@@ -144,6 +145,42 @@ class Git:
         run_git(["cat-file", "blob", oid], cwd=self.cwd, stdout=out,
                 what=f"cat-file blob {oid}")
         return None
+
+    def small_blobs(self, specs: Sequence[str], limit: int) -> dict[str, bytes | None]:
+        """The blobs ``specs`` (``REV:PATH`` or object ids) name, from one ``cat-file
+        --batch``, by spec: None when a spec names nothing or no blob. Reading stops before
+        an object that would bring the bytes read beyond ``limit`` (the first such is None,
+        later ones unanswered: absent), so memory stays bounded whatever the tags point at.
+
+        Example::
+
+            git.small_blobs(["v1:MANIFEST", "v2:MANIFEST"], 1 << 20)
+            # -> {'v1:MANIFEST': b'...', 'v2:MANIFEST': None}
+        """
+        if any("\n" in spec for spec in specs):
+            raise ValueError("a cat-file spec cannot hold a line feed")
+        query = "".join(f"{spec}\n" for spec in specs).encode("utf-8", "surrogateescape")
+        found: dict[str, bytes | None] = {}
+        room = limit
+        with open_git(["cat-file", "--batch"], cwd=self.cwd, input=query, what="cat-file "
+                      "--batch", bufsize=1 << 16) as stream:
+            for spec in specs:
+                fields = stream.readline(4096).split()
+                if len(fields) != 3 or not fields[2].isdigit():
+                    found[spec] = None          # "<spec> missing", "<spec> ambiguous"
+                    continue
+                size = int(fields[2])
+                if size > room:
+                    if not found:
+                        found[spec] = None
+                    break                       # leaving the block stops git
+                data = stream.read(size + 1)
+                if len(data) != size + 1 or data[-1:] != b"\n":
+                    raise GitError(f"git cat-file --batch: {spec}: {len(data)} of the "
+                                   f"{size + 1} bytes it announced")
+                room -= size
+                found[spec] = data[:-1] if fields[1] == b"blob" else None
+        return found
 
     @contextlib.contextmanager
     def open_blob(self, oid: str) -> Iterator[BinaryIO]:

@@ -115,12 +115,8 @@ def _sort_one(change: TreeChange, result: Sorted) -> None:
 
 def small_blob(git, spec: str, limit: int) -> bytes | None:
     """The blob ``spec`` (``REV:PATH``) names, if it is a blob of at most ``limit`` bytes;
-    None when it is absent, not a blob, or larger (its size is read first)."""
-    found = git.run("cat-file", "--batch-check=%(objecttype) %(objectsize)",
-                    input=spec.encode("utf-8", "surrogateescape") + b"\n").split()
-    if len(found) != 2 or found[0] != b"blob" or int(found[1]) > limit:
-        return None
-    return git.run("cat-file", "blob", spec)
+    None when it is absent, not a blob, or larger (then not read)."""
+    return git.small_blobs([spec], limit).get(spec)
 
 
 def check_blob_sizes(git, changes: list[TreeChange], limit: int) -> list[FormatError]:

@@ -37,17 +37,33 @@ from snapops.formats.generation.verify import manifest_path, run_folder
 from .objects import ObjectStore
 from .pointer import MAX_POINTER, parse_pointer
 
+BASE_WINDOW = 8     # older MANIFESTs read at once (keyframe_every 8: a chain reaches 7 back)
+
 
 def tag_manifests(git, run: str) -> Callable[[int], bytes | None]:
     """Older MANIFESTs of ``run`` by gen, read from the tags ``<run>/gen-<gen6>`` of the
-    repository behind ``git`` (an object with ``run(*args) -> bytes``)."""
+    repository behind ``git`` (a :class:`~snapops.hooks.gitio.Git`); None for a gen without
+    one (or whose MANIFEST is larger than ``MAX_BYTES``). A residual's chain goes back one gen
+    at a time: asked for gen g, one ``cat-file --batch`` reads g and the ``BASE_WINDOW - 1``
+    gens before it that are not held yet (gen 30's four bases: one git process of 4 ms
+    instead of four of 3-4 ms each), never more than ``MAX_BYTES`` in all."""
+    held: dict[int, bytes] = {}
+    lock = threading.Lock()           # shards are verified on worker threads
+
+    def spec(gen: int) -> str:
+        return f"refs/tags/{run}/gen-{gen_text(gen)}^{{commit}}:{manifest_path(run)}"
+
     def read(gen: int) -> bytes | None:
-        try:
-            return git.run("cat-file", "blob",
-                           f"refs/tags/{run}/gen-{gen_text(gen)}^{{commit}}:"
-                           f"{manifest_path(run)}")
-        except GitError:  # no such tag or path: the caller reports the missing base
-            return None
+        with lock:
+            if gen not in held:
+                wanted = [g for g in range(gen, gen - BASE_WINDOW, -1)
+                          if g >= 0 and g not in held]
+                try:
+                    found = git.small_blobs([spec(g) for g in wanted], MAX_BYTES)
+                except GitError:     # the caller reports the missing base
+                    return None
+                held.update((g, found[spec(g)]) for g in wanted if found.get(spec(g)))
+            return held.get(gen)
     return read
 
 

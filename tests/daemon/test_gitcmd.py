@@ -177,6 +177,58 @@ def test_open_git_stops_early_and_reports_failures_after_a_full_read(tmp_path):
                 blob.read()
 
 
+def test_small_blobs_reads_many_in_one_git_and_never_more_than_its_limit(tmp_path):
+    """One ``cat-file --batch`` for every spec: blobs by spec, None for what names nothing
+    or no blob; reading stops before an object that would pass the limit (None when it is
+    the first, else left unanswered), so a tag pointing at a huge blob costs nothing."""
+    from snapops.hooks.gitio import Git
+
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        (repo.path / "d").mkdir()
+        for name, size in (("a", 10), ("b", 20), ("big", 5000), ("c", 30), ("d/e", 1)):
+            (repo.path / name).write_bytes(name[-1].encode() * size)
+        repo.commit_generation(["a", "b", "big", "c", "d"], "gen 1", "r/gen-000001")
+        g = Git(repo.path)
+        before = invocations()
+        found = g.small_blobs(["HEAD:a", "HEAD:nothing", "HEAD:d", "HEAD:b with space",
+                               "HEAD:b", "nope^{commit}:a"], 100)
+        assert invocations() - before == 1
+        assert found == {"HEAD:a": b"a" * 10, "HEAD:nothing": None, "HEAD:d": None,
+                         "HEAD:b with space": None, "HEAD:b": b"b" * 20,
+                         "nope^{commit}:a": None}
+        assert g.small_blobs(["HEAD:a", "HEAD:big", "HEAD:c"], 1000) == {"HEAD:a": b"a" * 10}
+        assert g.small_blobs(["HEAD:big", "HEAD:c"], 1000) == {"HEAD:big": None}
+        assert g.small_blobs(["HEAD:a", "HEAD:b", "HEAD:c"], 35) == {"HEAD:a": b"a" * 10,
+                                                                     "HEAD:b": b"b" * 20}
+        with pytest.raises(ValueError, match="line feed"):
+            g.small_blobs(["HEAD:a\nHEAD:b"], 100)
+        with pytest.raises(ValueError, match="at most 16384"):
+            with open_git(["cat-file", "--batch"], cwd=repo.path, input=b"x" * 20_000):
+                pass
+
+
+def test_older_manifests_are_read_a_window_at_a_time(tmp_path):
+    """A residual chain asks for gen g, then g-1, ...: the first question reads the
+    ``BASE_WINDOW`` gens up to g in one git process, the next ones are answered from it."""
+    from snapops.formats.lfs.source import BASE_WINDOW, tag_manifests
+    from snapops.hooks.gitio import Git
+
+    with SnapshotRepo(tmp_path / "repo") as repo:
+        folder = repo.path / "snapshots" / "r"
+        folder.mkdir(parents=True)
+        for gen in range(1, 12):
+            (folder / "MANIFEST").write_text(f"manifest of {gen}\n")
+            repo.commit_generation(["snapshots"], f"gen {gen}", f"r/gen-{gen:06d}")
+        read = tag_manifests(Git(repo.path), "r")
+        before = invocations()
+        assert read(11) == b"manifest of 11\n"
+        assert [read(g) for g in range(10, 11 - BASE_WINDOW, -1)] == \
+            [f"manifest of {g}\n".encode() for g in range(10, 11 - BASE_WINDOW, -1)]
+        assert invocations() - before == 1
+        assert read(2) == b"manifest of 2\n" and read(12) is None and read(0) is None
+        assert invocations() - before == 4      # a gen not yet held: asked for again
+
+
 def _two_repositories(tmp_path: Path) -> tuple[Path, Path, str, str]:
     heads = []
     for name in ("named", "other"):
