@@ -31,6 +31,11 @@ def test_storage_bench_reports_both_stores_from_a_real_daemon(tmp_path, capsys):
         assert run["restore_MBps"] > 0 and all(Path(p).exists() for p in run["paths"])
         if run["store"] == "lfs":   # a throw-away cache and a kept one, both measured
             assert run["restore_kept_cache_MBps"] > 0 and run["restore_cold_MBps"] > 0
+            # keyframe_every 2: gens 2 and 3 each apply one residual per shard; the newest
+            # such is restored from its tag as the longest chain
+            assert run["restore_longest_chain_gen"] == 3
+            assert run["restore_longest_chain_residuals"] >= 1
+            assert run["restore_longest_chain_MBps"] > 0
     # LFS: a dense residual (an AdamW-like step) is well below a keyframe, sparse far below
     assert runs[("lfs", "dense_f32")]["stored_ratio_per_gen"] < 0.8
     assert runs[("lfs", "sparse_f32")]["stored_ratio_per_gen"] < 0.1
