@@ -12,7 +12,10 @@ number with the lowest set bit cleared: 1, 2 and 4 against the keyframe, 3 again
 against 4, 6 against 4, 7 against 6...). Restoring shard ``i`` applies ``popcount(i)``
 residuals, so with ``keyframe_every = K`` a restore never applies more than K - 1 of them, while
 a new keyframe is due only when the next number would need K (after 2**(K-1) - 1 residuals),
-or when the residual is not clearly smaller (at most ``RESIDUAL_MAX_SHARE`` of the shard). Half
+when the residual is not clearly smaller (at most ``RESIDUAL_MAX_SHARE`` of the shard), or when
+it is not small (``LONG_CHAIN_MAX_SHARE``) and would make a chain of more than ``SHORT_CHAIN``:
+a densely changing shard is restored from at most 3 residuals, a sparsely changing one from at
+most K - 1 (number 15 is the first to need 4). Half
 the residuals span one generation, a quarter two, and so on: a sparsely changing state costs a
 few generations' changes per generation instead of a full keyframe every K. Each cached shard
 keeps its *spine* beside it (``<sha256>.spine``: number, SHA-256, size and generation of the
@@ -41,6 +44,13 @@ from .objects import ObjectStore
 from .pointer import render_pointer
 
 RESIDUAL_MAX_SHARE = 0.9
+# Each residual costs a restore a pass over its whole shard (decoded, then XORed in), whatever
+# its size. Past SHORT_CHAIN residuals a chain goes on only with residuals of at most
+# LONG_CHAIN_MAX_SHARE of their shard (a sparse change: 1% of rows, 0.014); a dense one
+# (float32 steps 0.55, bfloat16 0.075) starts a keyframe there instead: bench storage, bf16
+# gen 128 (7 residuals per shard) 263 MB/s, with 3 at most about 500.
+SHORT_CHAIN = 3
+LONG_CHAIN_MAX_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -149,11 +159,13 @@ class LfsStash:
             # not fsync'd: a residual is only read back to be uploaded, before any pointer
             # names it, and goes at the next trim (never a base); a crash before the commit
             # serializes the generation again and writes it again (11% of a 4-rank serialize)
+            share = RESIDUAL_MAX_SHARE if len(base_numbers(number)) - 1 <= SHORT_CHAIN \
+                else LONG_CHAIN_MAX_SHARE
             with mapped(self.objects.path(base.sha256)) as old, mapped(full) as new:
                 stored = self.objects.put_written(
                     lambda f: write_residual(old, new, f, itemsize=itemsize,
                                              base_sha256=base.sha256, target_sha256=sha),
-                    max_size=int(RESIDUAL_MAX_SHARE * size), durable=False)
+                    max_size=int(share * size), durable=False)
             if stored is not None:
                 oid, osize = stored
                 encoding, base_gen = "res", base.gen

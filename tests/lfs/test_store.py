@@ -92,6 +92,45 @@ def test_a_keyframe_is_due_when_a_restore_would_apply_k_residuals(tmp_path):
     assert {r.sha256 for r in records[7:]} <= cached   # the spine of gen 10: gens 8 and 10
 
 
+def sparse_states(count, seed=0):
+    """One row of 256 changes per generation (0.4% of the bytes)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((4, 64, 64)).astype(np.float32)
+    for gen in range(count):
+        w[gen % 4, gen % 64] += np.float32(1e-3)
+        yield {"w": w.copy(), "step": np.array(7, np.int64)}
+
+
+@pytest.mark.parametrize("changes, chain", [(states, 3), (sparse_states, 4)])
+def test_past_three_residuals_only_a_small_one_goes_on_the_chain(tmp_path, changes, chain):
+    """keyframe_every 8: number 15 (gen 16) is the first whose restore would apply 4
+    residuals. A dense change (every weight moves: residuals over half the shard) starts a
+    keyframe there; a sparse one (residuals of a few hundred bytes) goes on."""
+    spec = GenerationSpec(run="r", format="aero", shard_max=1 << 20, store="lfs",
+                          lfs=LfsStash(ObjectStore(tmp_path / "cache"), keyframe_every=8))
+    previous, records = None, []
+    for gen, state in enumerate(changes(17), start=1):
+        written = write_generation(tmp_path / "repo", spec, gen, f"2026-01-02T03:04:{gen:02d}Z",
+                                   state, previous)
+        previous = written.data
+        records.append(written.manifest.shards[0])
+    share = max(r.object_size / r.size for r in records[1:15])
+    assert share > 0.3 if changes is states else share < 0.05
+    assert [r.encoding for r in records[:15]] == ["key"] + ["res"] * 14
+    if chain == 3:
+        assert [(r.encoding, r.base) for r in records[15:]] == [("key", None), ("res", 16)]
+    else:
+        assert [(r.encoding, r.base) for r in records[15:]] == [("res", 15), ("res", 1)]
+    by_gen = {r.gen: r for r in records}
+    lengths = []
+    for record in records:                    # residuals a restore of each gen applies
+        n = 0
+        while record.encoding == "res":
+            record, n = by_gen[record.base], n + 1
+        lengths.append(n)
+    assert max(lengths) == chain
+
+
 def test_pointer_not_matching_the_manifest_is_refused(giftless, tmp_path):
     root = tmp_path / "repo"
     write_run(root, giftless, tmp_path / "cache", 2)
