@@ -75,16 +75,23 @@ def test_chain_of_keyframes_and_residuals_restores_exactly(giftless, tmp_path):
     assert store.fetched == 3           # exactly residuals 7 and 5 and keyframe 1 (K - 1 = 2)
 
 
-def test_a_keyframe_is_due_when_a_restore_would_apply_k_residuals(tmp_path):
-    """Without a server: the stash's choice of base for each generation of one shard."""
+def _first_shards(tmp_path, generations, k):
+    """Server-less: each generation written with the stash (``keyframe_every`` k); the
+    records of its first shard, by gen."""
     spec = GenerationSpec(run="r", format="aero", shard_max=1 << 20, store="lfs",
-                          lfs=LfsStash(ObjectStore(tmp_path / "cache"), keyframe_every=3))
+                          lfs=LfsStash(ObjectStore(tmp_path / "cache"), keyframe_every=k))
     previous, records = None, []
-    for gen, state in enumerate(states(10), start=1):
+    for gen, state in enumerate(generations, start=1):
         written = write_generation(tmp_path / "repo", spec, gen, f"2026-01-02T03:04:{gen:02d}Z",
                                    state, previous)
         previous = written.data
         records.append(written.manifest.shards[0])
+    return records
+
+
+def test_a_keyframe_is_due_when_a_restore_would_apply_k_residuals(tmp_path):
+    """Without a server: the stash's choice of base for each generation of one shard."""
+    records = _first_shards(tmp_path, states(10), k=3)
     # numbers 0-6 since gen 1; number 7 would need 3 residuals: gen 8 is a keyframe
     assert [r.encoding for r in records] == ["key"] + ["res"] * 6 + ["key", "res", "res"]
     assert [r.base for r in records] == [None, 1, 1, 3, 1, 5, 5, None, 8, 8]
@@ -106,14 +113,7 @@ def test_past_three_residuals_only_a_small_one_goes_on_the_chain(tmp_path, chang
     """keyframe_every 8: number 15 (gen 16) is the first whose restore would apply 4
     residuals. A dense change (every weight moves: residuals over half the shard) starts a
     keyframe there; a sparse one (residuals of a few hundred bytes) goes on."""
-    spec = GenerationSpec(run="r", format="aero", shard_max=1 << 20, store="lfs",
-                          lfs=LfsStash(ObjectStore(tmp_path / "cache"), keyframe_every=8))
-    previous, records = None, []
-    for gen, state in enumerate(changes(17), start=1):
-        written = write_generation(tmp_path / "repo", spec, gen, f"2026-01-02T03:04:{gen:02d}Z",
-                                   state, previous)
-        previous = written.data
-        records.append(written.manifest.shards[0])
+    records = _first_shards(tmp_path, changes(17), k=8)
     share = max(r.object_size / r.size for r in records[1:15])
     assert share > 0.3 if changes is states else share < 0.05
     assert [r.encoding for r in records[:15]] == ["key"] + ["res"] * 14
