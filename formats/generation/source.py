@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -33,6 +34,11 @@ from snapops.formats.gitcmd import tree_records
 DEFAULT_MAX_BLOB = 4 << 30
 READ_BLOCK = 1 << 20
 KEEP_READ_MAX = 1 << 20   # small files a git source keeps once read (MANIFEST, ledger)
+# files at most this large (LFS pointers, WSUMs, a MANIFEST) are read with their folder's
+# listing, all in one git process, up to PREREAD_MAX bytes: a restore of an LFS-store
+# generation from its tag started a git process per pointer
+PREREAD_FILE = 64 << 10
+PREREAD_MAX = 1 << 20
 FILE, SYMLINK, GITLINK, OTHER = "file", "symlink", "gitlink", "other"
 
 
@@ -184,6 +190,7 @@ class GitTreeSource:
         self._entries: dict[str, Entry] = {}
         self._kept: dict[str, Path] | None = {} if keep else None
         self._read: dict[str, bytes] = {}   # a commit's tree never changes: read once
+        self._listed: dict[str, dict[str, Entry]] = {}
         self._digests: dict[Path, str] = {}  # SHA-256 of copies hashed while copied out
 
     @classmethod
@@ -198,17 +205,32 @@ class GitTreeSource:
         return cls(git, tree, scratch, max_blob=max_blob, label="the index", worktree=worktree)
 
     def entries(self, folder: str) -> dict[str, Entry]:
-        """Every entry under ``folder`` with its kind and size (one ``ls-tree``); a path that
-        is not :func:`safe_relpath` (a crafted tree with ``..`` entries) fails here."""
+        """Every entry under ``folder`` with its kind and size (one ``ls-tree``, once per
+        folder), its small files read with it (``PREREAD_FILE``); a path that is not
+        :func:`safe_relpath` (a crafted tree with ``..`` entries) fails here."""
         spec = f"{safe_relpath(folder)}/"
-        out = self.git.listing("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit, "--",
-                               f":(literal){spec}")
-        found = {}
-        for record in tree_records(out):
-            rel = safe_relpath(record.path)
-            found[rel] = Entry(rel, entry_kind(record.mode), record.size, record.oid)
-        self._entries.update(found)
-        return found
+        if spec not in self._listed:
+            out = self.git.listing("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit,
+                                   "--", f":(literal){spec}")
+            found = {}
+            for record in tree_records(out):
+                rel = safe_relpath(record.path)
+                found[rel] = Entry(rel, entry_kind(record.mode), record.size, record.oid)
+            self._entries.update(found)
+            self._preread(found.values())
+            self._listed[spec] = found
+        return dict(self._listed[spec])
+
+    def _preread(self, entries) -> None:
+        small = [e for e in entries if e.kind == FILE and e.size is not None
+                 and e.size <= min(PREREAD_FILE, self.max_blob) and e.path not in self._read]
+        if not small or not hasattr(self.git, "small_blobs"):
+            return
+        found = self.git.small_blobs(list(dict.fromkeys(e.oid for e in small)), PREREAD_MAX)
+        for entry in small:
+            data = found.get(entry.oid)
+            if data is not None and len(data) == entry.size:
+                self._read[entry.path] = data
 
     def _blob(self, path: str) -> Entry:
         safe_relpath(path)
@@ -232,10 +254,12 @@ class GitTreeSource:
         read from git once (a restore reads the MANIFEST in three places)."""
         data = self._read.get(path)
         if data is None:
-            entry = self._blob(path)
+            entry = self._blob(path)          # lists the folder: its small files are read
             if entry.size is not None and entry.size > limit:
                 raise LimitError(path=path, expected=f"at most {limit} bytes",
                                  got=f"{entry.size} bytes")
+            data = self._read.get(path)
+        if data is None:
             with self.git.open_blob(entry.oid) as stream:
                 data = stream.read(limit + 1)
             if len(data) <= min(limit, KEEP_READ_MAX):
@@ -296,6 +320,12 @@ class GitTreeSource:
 
     def _materialise(self, entry: Entry, out, target: Path, sha256: bool) -> None:
         """The blob of ``entry`` into ``out`` (the file ``target``), at most its listed size."""
+        data = self._read.get(entry.path)
+        if data is not None and len(data) == entry.size:      # read with its listing
+            out.write(data)
+            if sha256:
+                self._digests[target] = hashlib.sha256(data).hexdigest()
+            return
         if entry.size is not None and hasattr(self.git, "blob_to"):
             digest = self.git.blob_to(entry.oid, out, size=entry.size, sha256=sha256)
             written = out.tell()

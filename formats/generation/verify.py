@@ -7,14 +7,15 @@ restore all call :func:`verify_generation`. In order, it checks:
 2. its seal: signature by a trusted key, HMAC under the key (as required or as keys allow);
 3. the files under ``snapshots/<run>/`` are exactly those the MANIFEST lists (no missing, no
    extra), each a regular file (no symlink, no submodule);
-4. every shard: size and SHA-256 of its bytes (the ciphertext for age shards; with an identity
+4. the chain: ``prev`` names the generation it must follow (``expect_prev``) and gen increases;
+5. the ledger: ``ledger/<run>.ledger`` chains and its last line seals this MANIFEST (both
+   cheap: checked before the shards, so a bad one fails at once);
+6. every shard: size and SHA-256 of its bytes (the ciphertext for age shards; with an identity
    the plaintext too), its suffix, its detected format and its declared format agree, its own
    full verification passes, and its arrays are what the MANIFEST's parts say (name, stored
    dtype, box shape); companions (WSUM, DELTA) by size and SHA-256. A restore, which returns
    arrays and not files, may prove a plain shard by what it decodes instead of its SHA-256:
-   the BLAKE3 content digest the MANIFEST seals for it (``by_content``);
-5. the chain: ``prev`` names the generation it must follow (``expect_prev``) and gen increases;
-6. the ledger: ``ledger/<run>.ledger`` chains and its last line seals this MANIFEST.
+   the BLAKE3 content digest the MANIFEST seals for it (``by_content``).
 The first failure is reported as a FormatError naming file, line and check.
 
 Example::
@@ -150,6 +151,13 @@ def verify_generation(source: Source, run: str,
             pruned is not None or not getattr(source, "resolves_lfs", False))
         entries = check_fileset(source, run, manifest, pointers=pointers)
         report.passed("fileset")
+        # the cheap checks before the shards: a bad chain or ledger line fails at once
+        if options.expect_prev is not _UNSET:
+            check_prev(manifest, options.expect_prev, report.path)
+            report.passed("chain")
+        if options.ledger:
+            check_ledger_seal(source, run, manifest, data)
+            report.passed("ledger")
         if pointers:
             check_lfs_pointers(source, run, manifest)
             report.passed("lfs-pointers")
@@ -160,12 +168,6 @@ def verify_generation(source: Source, run: str,
                 report.details["pruned"] = pruned
         else:
             _check_shards(source, run, manifest, options, report, entries)
-        if options.expect_prev is not _UNSET:
-            check_prev(manifest, options.expect_prev, report.path)
-            report.passed("chain")
-        if options.ledger:
-            check_ledger_seal(source, run, manifest, data)
-            report.passed("ledger")
     except FormatError as exc:
         return report.fail(exc)
     except SnapopsError as exc:  # keys, decryption, LFS transfers: typed, one line

@@ -19,6 +19,8 @@ import pytest
 from snapops import save
 from snapops.formats.errors import FormatError
 from snapops.formats.generation import parse_manifest, seal_manifest
+from snapops.formats.generation import source as generation_source
+from snapops.formats.gitcmd import invocations
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.source import FolderSource, GitTreeSource, safe_relpath
 from snapops.formats.generation.verify import GenerationOptions, verify_generation
@@ -292,12 +294,17 @@ def test_unsafe_paths_refused(path):
         safe_relpath(path)
 
 
-def test_git_tree_source_matches_the_folder(tmp_path, keys):
-    repo = tmp_path / "repo"
-    commit_gen(repo, spec(keys, "aero"), 1, state())
+def in_git(repo, keys, fmt) -> None:
+    """Generation 1 of ``fmt`` written into ``repo`` and committed there (a new repository)."""
+    commit_gen(repo, spec(keys, fmt), 1, state())
     for args in (["init", "-q", "-b", "main"], ["add", "-A"],
                  ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen 1"]):
         subprocess.run(["git", *args], cwd=repo, check=True)
+
+
+def test_git_tree_source_matches_the_folder(tmp_path, keys):
+    repo = tmp_path / "repo"
+    in_git(repo, keys, "aero")
     scratch = tmp_path / "scratch"
     scratch.mkdir(mode=0o700)
     source = GitTreeSource(Git(repo), "HEAD", scratch)
@@ -311,9 +318,15 @@ def test_git_tree_source_matches_the_folder(tmp_path, keys):
             opened.append(oid)
             return super().open_blob(oid)
 
+        def small_blobs(self, specs, limit):
+            opened.extend(specs)
+            return super().small_blobs(specs, limit)
+
     counted = GitTreeSource(CountingGit(repo), "HEAD", scratch)
     manifest = counted.read("snapshots/run1/MANIFEST", 1 << 20)
-    assert counted.read("snapshots/run1/MANIFEST", 1 << 20) == manifest and len(opened) == 1
+    # read with the folder's other small files (these shards too), in one git process
+    assert counted.read("snapshots/run1/MANIFEST", 1 << 20) == manifest
+    assert len(opened) == len(set(opened)) == len(counted.entries("snapshots/run1"))
     with pytest.raises(FormatError, match="at most 10 bytes"):    # a kept read keeps limits
         counted.read("snapshots/run1/MANIFEST", 10)
     assert load_from_source(counted, "run1", options=opts(keys)).meta["gen"] == 1
@@ -323,16 +336,47 @@ def test_git_tree_source_matches_the_folder(tmp_path, keys):
     assert report.failure.check == "limit" and "snapops.maxBlobSize" in str(report.failure)
 
 
+def test_small_files_come_out_of_git_with_their_listing(tmp_path, keys, monkeypatch):
+    """Listing a folder reads its files of at most PREREAD_FILE bytes in one cat-file
+    (never more than PREREAD_MAX in all); reads and copies of them need no other git call,
+    a copy's digest is the file's, and a larger file is copied out as before."""
+    repo = tmp_path / "repo"
+    in_git(repo, keys, "aero")
+    folder = repo / "snapshots/run1"
+    sizes = {f"snapshots/run1/{p.relative_to(folder)}": p.stat().st_size
+             for p in folder.rglob("*") if p.is_file()}
+    largest = max(sizes, key=sizes.get)
+    monkeypatch.setattr(generation_source, "PREREAD_FILE", sizes[largest] - 1)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    source = GitTreeSource(Git(repo), "HEAD", scratch)
+    before = invocations()
+    source.entries("snapshots/run1")
+    assert invocations() - before == 2                      # ls-tree, one cat-file --batch
+    for path in sorted(sizes, key=lambda p: p == largest):   # the largest last
+        with source.file(path) as local:
+            assert local.read_bytes() == (repo / path).read_bytes()
+            if path != largest:
+                assert source.hashed(local) == hashlib.sha256(local.read_bytes()).hexdigest()
+                assert invocations() - before == 2              # no git call for it
+    assert invocations() - before > 2                       # the largest was copied out
+    monkeypatch.setattr(generation_source, "PREREAD_MAX", 10)   # nothing fits the budget
+    tight = GitTreeSource(Git(repo), "HEAD", scratch)
+    before = invocations()
+    manifest = tight.read("snapshots/run1/MANIFEST", 1 << 20)
+    assert manifest == (folder / "MANIFEST").read_bytes() and invocations() - before == 3
+
+
 @pytest.mark.parametrize("fmt", ["wtxt", "aero"])
-def test_a_kept_git_source_frees_each_shard_once_it_is_loaded(tmp_path, keys, fmt):
+def test_a_kept_git_source_frees_each_shard_once_it_is_loaded(tmp_path, keys, fmt,
+                                                              monkeypatch):
     """A restore's source keeps each shard it copied out of git (verified, then decoded from
     the same copy) and removes it once decoded: nothing is left in scratch, every shard came
-    out of git once, and the arrays (AERO's map their file) stay valid."""
+    out of git once, and the arrays (AERO's map their file) stay valid. (These shards are
+    small: read as large ones are, not with their folder's listing.)"""
+    monkeypatch.setattr(generation_source, "PREREAD_FILE", 0)
     repo = tmp_path / "repo"
-    commit_gen(repo, spec(keys, fmt), 1, state())
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "gen 1"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    in_git(repo, keys, fmt)
     copied: list[str] = []
 
     class CountingGit(Git):

@@ -73,8 +73,12 @@ def test_every_format_restores_proven_by_content_without_hashing_a_shard(
     assert report.ok and "shards_by_content" not in report.details   # verify hashes files
 
 
-def test_a_git_restore_copies_shards_out_without_hashing_them(tmp_path, keys):
+def test_a_git_restore_copies_shards_out_without_hashing_them(tmp_path, keys, monkeypatch):
     import subprocess
+
+    from snapops.formats.generation import source as generation_source
+
+    monkeypatch.setattr(generation_source, "PREREAD_FILE", 0)   # copied as large shards are
 
     repo = tmp_path / "repo"
     arrays = mixed_state()
