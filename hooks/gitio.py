@@ -27,7 +27,7 @@ from typing import BinaryIO, Iterator, Sequence
 
 from snapops.formats.errors import GitError
 from snapops.formats.gitcmd import (
-    MAX_LISTED_PATHS, open_git, run_git, run_listing, tree_records,
+    MAX_LISTED_PATHS, OPEN_INPUT_MAX, open_git, run_git, run_listing, tree_records,
 )
 from snapops.formats.looseobject import copy_stored_blob
 
@@ -147,21 +147,36 @@ class Git:
         return None
 
     def small_blobs(self, specs: Sequence[str], limit: int) -> dict[str, bytes | None]:
-        """The blobs ``specs`` (``REV:PATH`` or object ids) name, from one ``cat-file
-        --batch``, by spec: None when a spec names nothing or no blob. Reading stops before
-        an object that would bring the bytes read beyond ``limit`` (the first such is None,
-        later ones unanswered: absent), so memory stays bounded whatever the tags point at.
+        """The blobs ``specs`` (``REV:PATH`` or object ids) name, from ``cat-file --batch``
+        (one git process per ``OPEN_INPUT_MAX`` bytes of questions), by spec: None when a
+        spec names nothing or no blob. Reading stops before an object that would bring the
+        bytes read beyond ``limit`` (the first such is None, later ones unanswered: absent),
+        so memory stays bounded whatever the tags point at.
 
         Example::
 
             git.small_blobs(["v1:MANIFEST", "v2:MANIFEST"], 1 << 20)
             # -> {'v1:MANIFEST': b'...', 'v2:MANIFEST': None}
         """
-        if any("\n" in spec for spec in specs):
-            raise ValueError("a cat-file spec cannot hold a line feed")
-        query = "".join(f"{spec}\n" for spec in specs).encode("utf-8", "surrogateescape")
+        lines = [f"{spec}\n".encode("utf-8", "surrogateescape") for spec in specs]
+        if any(line.count(b"\n") > 1 or len(line) > OPEN_INPUT_MAX for line in lines):
+            raise ValueError("a cat-file spec cannot hold a line feed or be that long")
         found: dict[str, bytes | None] = {}
-        room = limit
+        room, start = limit, 0
+        while start < len(specs):
+            end, size = start, 0
+            while end < len(specs) and size + len(lines[end]) <= OPEN_INPUT_MAX:
+                size += len(lines[end])
+                end += 1
+            room = self._batch(specs[start:end], b"".join(lines[start:end]), room, found)
+            if room < 0:
+                break
+            start = end
+        return found
+
+    def _batch(self, specs: Sequence[str], query: bytes, room: int,
+               found: dict[str, bytes | None]) -> int:
+        """One ``cat-file --batch`` of ``small_blobs``; the room left, -1 once it stopped."""
         with open_git(["cat-file", "--batch"], cwd=self.cwd, input=query, what="cat-file "
                       "--batch", bufsize=1 << 16) as stream:
             for spec in specs:
@@ -173,14 +188,14 @@ class Git:
                 if size > room:
                     if not found:
                         found[spec] = None
-                    break                       # leaving the block stops git
+                    return -1                   # leaving the block stops git
                 data = stream.read(size + 1)
                 if len(data) != size + 1 or data[-1:] != b"\n":
                     raise GitError(f"git cat-file --batch: {spec}: {len(data)} of the "
                                    f"{size + 1} bytes it announced")
                 room -= size
                 found[spec] = data[:-1] if fields[1] == b"blob" else None
-        return found
+        return room
 
     @contextlib.contextmanager
     def open_blob(self, oid: str) -> Iterator[BinaryIO]:

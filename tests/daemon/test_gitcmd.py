@@ -202,6 +202,14 @@ def test_small_blobs_reads_many_in_one_git_and_never_more_than_its_limit(tmp_pat
                                                                      "HEAD:b": b"b" * 20}
         with pytest.raises(ValueError, match="line feed"):
             g.small_blobs(["HEAD:a\nHEAD:b"], 100)
+        many = ["HEAD:a", "HEAD:b", "HEAD:c"] + \
+            [f"HEAD:missing-{k:05d}" for k in range(2000)]        # 40 KiB of questions
+        before = invocations()
+        found = g.small_blobs(many, 1000)
+        assert invocations() - before == 3 and len(found) == len(many)
+        assert [found[s] for s in many[:3]] == [b"a" * 10, b"b" * 20, b"c" * 30]
+        assert g.small_blobs(many[:3] + ["HEAD:big"] + many, 1000) == \
+            {"HEAD:a": b"a" * 10, "HEAD:b": b"b" * 20, "HEAD:c": b"c" * 30}
         with pytest.raises(ValueError, match="at most 16384"):
             with open_git(["cat-file", "--batch"], cwd=repo.path, input=b"x" * 20_000):
                 pass
