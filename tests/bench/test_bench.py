@@ -39,6 +39,24 @@ def test_wtxt_suite_reports_every_operation_against_one_sha256_pass(tmp_path, ca
     assert list(tmp_path.iterdir()) == []
 
 
+def test_wtxt_suite_saves_new_files_every_round(tmp_path, monkeypatch):
+    """As the daemon does: no timed save replaces (and so frees) the file of the round before."""
+    from snapops.bench import wtxt as bench_wtxt
+
+    existed, real_save = [], bench_wtxt.wtxt.save
+
+    def save(state, path, **options):
+        existed.append(path.exists())
+        return real_save(state, path, **options)
+
+    monkeypatch.setattr(bench_wtxt.wtxt, "save", save)
+    r = bench_wtxt.run_wtxt(64 << 10, workdir=str(tmp_path), rounds=2)
+    assert existed == [False] * 6                   # plain and sealed, warm-up + 2 rounds
+    assert r["file_bytes"]["plain"] > r["raw_bytes"] and set(r["file_bytes"]) == {"plain",
+                                                                                   "sealed"}
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_wtxt_suite_prints_a_table(tmp_path, capsys):
     assert main(["bench", "wtxt", "--size", "256KiB", "--rounds", "1", "--no-row-blocking",
                  "--workdir", str(tmp_path)]) == 0
