@@ -60,6 +60,27 @@ _UNHASHED = re.compile(r"\.unhashed\.[0-9]+\.[0-9]+")      # see ObjectStore.unh
 STALE_DOWNLOAD = 3600.0  # seconds unwritten: a download temp a killed process left behind
 
 
+class _OverCap(Exception):
+    """A writer given to :meth:`ObjectStore.put_written` went past its ``max_size``."""
+
+
+class _Capped:
+    """A writer's file that stops the writer (``_OverCap``) once a write ends past ``cap``
+    bytes; everything else is the file's."""
+
+    def __init__(self, f: BinaryIO, cap: int) -> None:
+        self._f, self._cap = f, cap
+
+    def write(self, data) -> int:
+        written = self._f.write(data)
+        if self._f.tell() > self._cap:
+            raise _OverCap
+        return written
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+
 class _Spares:
     """Shard-sized byte buffers kept for the next shard to rebuild: fresh memory costs a page
     fault and a zeroed page per 4 KiB, about as much as the XOR done in it. At most
@@ -187,15 +208,18 @@ class ObjectStore:
                     max_size: int | None = None, *,
                     durable: bool | None = None) -> tuple[str, int] | None:
         """Add the file ``write(f)`` produces (``f`` is seekable: a writer may patch a header
-        last); its (sha256, size), or None, and nothing added, when it came out larger than
-        ``max_size``. Written, fsync'd (unless ``durable`` is False; None: as the store is)
-        and hashed under a private name, then renamed to its digest."""
+        last); its (sha256, size), or None, and nothing added, when it would come out larger
+        than ``max_size`` (the writer is stopped by its first write past it, so a residual
+        that does not pay is not computed to its end). Written, fsync'd (unless ``durable``
+        is False; None: as the store is) and hashed under a private name, then renamed to
+        its digest."""
         durable = self.durable if durable is None else durable
         incoming = self.root / f".incoming.{os.getpid()}.{threading.get_ident()}"
         try:
-            with atomic_write_digest(incoming, seekable=True, durable=durable) as f:
-                write(f)
-            if max_size is not None and f.size > max_size:
+            try:
+                with atomic_write_digest(incoming, seekable=True, durable=durable) as f:
+                    write(f if max_size is None else _Capped(f, max_size))
+            except _OverCap:
                 return None
             sha = f.hexdigest()
             os.replace(incoming, self.path(sha))

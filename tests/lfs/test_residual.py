@@ -340,6 +340,21 @@ def test_planes_stream_in_chunks_as_the_layout_says(monkeypatch, base_len, targe
     assert encode_residual(base, target, itemsize=4) == blob
 
 
+def test_a_writer_is_stopped_by_its_first_write_past_max_size(tmp_path):
+    """A residual that will not be kept is not computed to its end."""
+    store = ObjectStore(tmp_path / "cache")
+    done = []
+
+    def write(f):
+        for _ in range(100):
+            done.append(f.write(bytes(1000)))
+
+    assert store.put_written(write, max_size=5_500) is None
+    assert done == [1000] * 5                   # the sixth write ended at 6,000 bytes
+    assert list(store.root.iterdir()) == []
+    assert store.put_written(write, max_size=None) is not None and len(done) == 105
+
+
 @pytest.mark.parametrize("durable", [None, False])
 def test_a_residual_too_large_for_the_store_is_not_added(tmp_path, durable):
     """Durable or not (the daemon's residuals are not fsync'd), an object is whole under its
