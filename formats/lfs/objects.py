@@ -60,6 +60,14 @@ _UNHASHED = re.compile(r"\.unhashed\.[0-9]+\.[0-9]+")      # see ObjectStore.unh
 STALE_DOWNLOAD = 3600.0  # seconds unwritten: a download temp a killed process left behind
 
 
+def _ask_huge_pages(pages: mmap.mmap) -> None:
+    """Ask for the rebuilt shard's page cache in huge folios where the kernel and file system
+    have them (ext4 on this VM's Linux 6.18): a fault per 2 MiB instead of per 4 KiB. A bf16 restore
+    of 64 MiB, alternating 16 times each: 9-11% less CPU, 12-15% less time. Advisory."""
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        pages.madvise(mmap.MADV_HUGEPAGE)
+
+
 class _OverCap(Exception):
     """A writer given to :meth:`ObjectStore.put_written` went past its ``max_size``."""
 
@@ -398,6 +406,8 @@ class ObjectStore:
         try:
             os.ftruncate(out.fileno(), longest)
             pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
+            if pages is not None:
+                _ask_huge_pages(pages)
             try:
                 data = np.empty(0, np.uint8) if pages is None else np.frombuffer(pages, np.uint8)
                 result = self._apply(first, blobs, heads, [data, *spares], path)

@@ -340,6 +340,36 @@ def test_planes_stream_in_chunks_as_the_layout_says(monkeypatch, base_len, targe
     assert encode_residual(base, target, itemsize=4) == blob
 
 
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address``."""
+    mapping = None
+    with open("/proc/self/smaps", encoding="ascii") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                mapping = lo <= address < hi
+            elif head == "VmFlags:" and mapping:
+                return line.split()[1:]
+    raise AssertionError("no such mapping")
+
+
+def test_a_rebuilt_shard_s_pages_are_asked_in_huge_folios(tmp_path):
+    import ctypes
+    import mmap
+
+    from snapops.formats.lfs.objects import _ask_huge_pages
+
+    with open(tmp_path / "shard", "xb+") as f:
+        f.truncate(4 << 20)
+        pages = mmap.mmap(f.fileno(), 4 << 20)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+        assert "hg" not in _vm_flags(address)
+        _ask_huge_pages(pages)
+        assert "hg" in _vm_flags(address)           # MADV_HUGEPAGE in effect
+        pages.close()
+
+
 def test_a_writer_is_stopped_by_its_first_write_past_max_size(tmp_path):
     """A residual that will not be kept is not computed to its end."""
     store = ObjectStore(tmp_path / "cache")
