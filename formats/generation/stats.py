@@ -50,9 +50,9 @@ def array_stats(array: np.ndarray) -> Stats | None:
 def partial_stats(array: np.ndarray) -> Partial | None:
     """The accumulators of ``array`` (None for dtypes without statistics).
 
-    Extremes are taken in the array's own dtype (widening is monotonic, so they equal the
-    float64 ones); a chunk whose extremes are finite holds no NaN or Inf, so only other chunks
-    pay for the finiteness mask. Squares are summed pairwise by numpy rather than by a BLAS
+    Each chunk is widened to float64 once; its extremes, taken first, are the statistics'
+    own unless one is not finite: only such chunks pay for the finiteness mask (and a second
+    look for their finite extremes). Squares are summed pairwise by numpy rather than by a BLAS
     dot, which would start its own threads beside the writer's.
     """
     flat = np.ascontiguousarray(array).reshape(-1)
@@ -66,14 +66,17 @@ def partial_stats(array: np.ndarray) -> Partial | None:
         piece = flat[start:start + CHUNK_ELEMS]
         chunk = buffer[:piece.size]
         np.copyto(chunk, piece, casting="unsafe")
-        if not (math.isfinite(chunk.min()) and math.isfinite(chunk.max())):
+        least, most = float(chunk.min()), float(chunk.max())
+        if not (math.isfinite(least) and math.isfinite(most)):
             finite = np.isfinite(chunk)
             bad = int(chunk.size - np.count_nonzero(finite))
             nans = int(np.count_nonzero(np.isnan(chunk)))
             nan, inf = nan + nans, inf + bad - nans
             chunk = chunk[finite]
+            if chunk.size:
+                least, most = float(chunk.min()), float(chunk.max())
         if chunk.size:
-            lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
+            lo, hi = min(lo, least), max(hi, most)
             total += float(chunk.sum())
             sq += float(np.square(chunk, out=chunk).sum())
             finite_count += chunk.size

@@ -172,6 +172,27 @@ def test_stats_finite_values_and_counts():
     assert array_stats(bf).max == 2.0
 
 
+
+@pytest.mark.parametrize("specials", [[], [3], [0, 9], [4, 5, 6, 7], list(range(12))])
+def test_stats_over_chunks_skip_only_what_is_not_finite(monkeypatch, specials):
+    """Chunks of 4: an inf or NaN anywhere leaves the extremes, sums and counts of the finite
+    values, wherever in a chunk (or in every chunk) it falls."""
+    from snapops.formats.generation import stats
+
+    monkeypatch.setattr(stats, "CHUNK_ELEMS", 4)
+    a = np.array([5.0, -1.5, 2.0, 0.25, 9.0, -7.0, 3.0, 1.0, -0.5, 4.0, 6.0, -2.0], np.float32)
+    for n, i in enumerate(specials):
+        a[i] = [np.inf, np.nan, -np.inf][n % 3]
+    finite = a[np.isfinite(a)].astype(np.float64)
+    got = stats.array_stats(a)
+    assert (got.nan, got.inf) == (int(np.isnan(a).sum()), int(np.isinf(a).sum()))
+    if finite.size:
+        assert (got.min, got.max) == (finite.min(), finite.max())
+        assert got.mean == pytest.approx(finite.mean()) and got.norm == pytest.approx(
+            math.sqrt((finite ** 2).sum()))
+    else:
+        assert math.isnan(got.min) and math.isnan(got.max)
+
 # --- seal ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
