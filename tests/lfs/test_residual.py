@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 
 import ml_dtypes
@@ -379,6 +380,8 @@ def _vm_flags(address: int) -> list[str]:
     raise AssertionError("no such mapping")
 
 
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"),
+                    reason="a kernel without transparent huge pages refuses the advice")
 def test_a_rebuilt_shard_s_pages_are_asked_in_huge_folios(tmp_path):
     import ctypes
     import mmap
