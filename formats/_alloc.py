@@ -62,12 +62,21 @@ def decode_buffer(nbytes: int) -> np.ndarray:
     if not huge_pages_enabled():
         return populated_buffer(nbytes)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        region.madvise(mmap.MADV_HUGEPAGE)
-    except (OSError, AttributeError):
+    if not ask_huge_pages(region):
         region.close()
         return populated_buffer(nbytes)
     return np.frombuffer(region, np.uint8)
+
+
+def ask_huge_pages(region: mmap.mmap) -> bool:
+    """Advise the kernel to back ``region`` with transparent huge pages (a fault per 2 MiB
+    instead of per 4 KiB; for a shared map of a file, 2 MiB folios in its page cache where the
+    file system has them, as ext4 on Linux 6.18 does); whether the advice was taken."""
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except (OSError, AttributeError, ValueError):
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)

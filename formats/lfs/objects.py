@@ -32,6 +32,7 @@ from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
+from snapops.formats._alloc import ask_huge_pages
 from snapops.formats.atomic import (
     atomic_write,
     atomic_write_digest,
@@ -58,14 +59,6 @@ MAX_CHAIN = 64          # residuals applied in a row at most, whatever a MANIFES
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UNHASHED = re.compile(r"\.unhashed\.[0-9]+\.[0-9]+")      # see ObjectStore.unhashed_shard
 STALE_DOWNLOAD = 3600.0  # seconds unwritten: a download temp a killed process left behind
-
-
-def _ask_huge_pages(pages: mmap.mmap) -> None:
-    """Ask for the rebuilt shard's page cache in huge folios where the kernel and file system
-    have them (ext4 on this VM's Linux 6.18): a fault per 2 MiB instead of per 4 KiB. A bf16 restore
-    of 64 MiB, alternating 16 times each: 9-11% less CPU, 12-15% less time. Advisory."""
-    with contextlib.suppress(OSError, AttributeError, ValueError):
-        pages.madvise(mmap.MADV_HUGEPAGE)
 
 
 class _OverCap(Exception):
@@ -406,8 +399,8 @@ class ObjectStore:
         try:
             os.ftruncate(out.fileno(), longest)
             pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
-            if pages is not None:
-                _ask_huge_pages(pages)
+            if pages is not None:     # 2 MiB folios: a bf16 restore 9-11% less CPU
+                ask_huge_pages(pages)
             try:
                 data = np.empty(0, np.uint8) if pages is None else np.frombuffer(pages, np.uint8)
                 result = self._apply(first, blobs, heads, [data, *spares], path)

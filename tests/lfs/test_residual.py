@@ -386,14 +386,14 @@ def test_a_rebuilt_shard_s_pages_are_asked_in_huge_folios(tmp_path):
     import ctypes
     import mmap
 
-    from snapops.formats.lfs.objects import _ask_huge_pages
+    from snapops.formats._alloc import ask_huge_pages
 
     with open(tmp_path / "shard", "xb+") as f:
         f.truncate(4 << 20)
         pages = mmap.mmap(f.fileno(), 4 << 20)
         address = ctypes.addressof(ctypes.c_char.from_buffer(pages))
         assert "hg" not in _vm_flags(address)
-        _ask_huge_pages(pages)
+        assert ask_huge_pages(pages)
         assert "hg" in _vm_flags(address)           # MADV_HUGEPAGE in effect
         pages.close()
 
