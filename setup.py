@@ -1,8 +1,9 @@
 """Package discovery for the top-level layout: formats/ -> snapops.formats, daemon/ ->
 snapops.daemon, hooks/ -> snapops.hooks, config/ -> snapops.config (everything else is in
 pyproject.toml). Discovering subpackages keeps new format packages installable without edits.
-One C extension: byte kernels for WTXT's base64 lines and the residuals' unshuffling
-(formats/_kernels.c; needs a C compiler and the Python headers at install)."""
+Two C extensions: byte kernels for WTXT's base64 lines and the residuals' unshuffling
+(formats/_kernels.c) and interleaved SHA-256 (formats/_sha256.c); they need a C compiler and
+the Python headers at install."""
 
 from pathlib import Path
 
@@ -24,4 +25,6 @@ def discover() -> list[str]:
 KERNELS = Extension("snapops.formats._kernels", ["formats/_kernels.c"],
                     extra_compile_args=["-O3"])
 
-setup(packages=discover(), package_dir=ROOTS, ext_modules=[KERNELS])
+SHA256 = Extension("snapops.formats._sha256", ["formats/_sha256.c"], extra_compile_args=["-O3"])
+
+setup(packages=discover(), package_dir=ROOTS, ext_modules=[KERNELS, SHA256])
