@@ -1,0 +1,62 @@
+"""The writer's one pass over an array's raw bytes: every chunk's SHA-256, the array's
+SHA-256 and (with a key) its HMAC, hashed together (:mod:`..sha256lanes`).
+
+The pass runs as one task on the writer's pool, run by run in file order; the chunk digests
+of each run are published as soon as they are known, so the tasks that encode the run's text
+(submitted after this one, and so started after it) wait at most for the runs not yet hashed.
+Every future it hands out is resolved whatever happens: with the digests, with the error that
+stopped the pass, or cancelled when the pool dropped the task before it ran.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import CancelledError, Future
+
+import numpy as np
+
+from ..sha256lanes import Running, feed, hmac_from_inner, hmac_inner_prefix
+from ._heads import hex_digits
+from ._prepare import PreparedArray
+
+
+class ArrayHashes:
+    """Futures of one array's digests: ``sha`` and ``mac`` (hex; ``mac`` None without a key)
+    and, by :meth:`chunk_hex`, each run's chunk digests."""
+
+    def __init__(self, array: PreparedArray, key: bytes | None, salt: bytes,
+                 batch_bytes: int) -> None:
+        self._array, self._key, self._salt = array, key, salt
+        self._runs = list(array.plan.runs(batch_bytes))
+        self._chunks: dict[int, Future] = {first: Future() for first, _, _ in self._runs}
+        self.sha: Future = Future()
+        self.mac: Future | None = Future() if key is not None else None
+
+    def start(self, pool) -> None:
+        """Submit the pass to ``pool``."""
+        pool.submit(self._run).add_done_callback(self._settle)
+
+    def chunk_hex(self, first: int) -> np.ndarray:
+        """(count, 64) hex digits of the SHA-256s of the run that starts at chunk ``first``,
+        once hashed."""
+        return self._chunks[first].result()
+
+    def _run(self) -> None:
+        plan, raw = self._array.plan, self._array.raw
+        running = [Running()]
+        if self._key is not None:
+            running.append(Running(hmac_inner_prefix(self._key, self._salt)))
+        for first, count, length in self._runs:
+            start = first * plan.chunk_len
+            digests = feed(raw[start:start + count * length], max(length, 1), running)
+            self._chunks[first].set_result(
+                hex_digits(np.frombuffer(digests, np.uint8).reshape(-1, 32)))
+        self.sha.set_result(running[0].hexdigest())
+        if self.mac is not None:
+            self.mac.set_result(hmac_from_inner(self._key, running[1].digest()).hex())
+
+    def _settle(self, task: Future) -> None:
+        """After the task (done, failed or cancelled): fail whatever it left unresolved."""
+        error = CancelledError() if task.cancelled() else task.exception()
+        for future in [*self._chunks.values(), self.sha, self.mac]:
+            if future is not None and not future.done():
+                future.set_exception(error or RuntimeError("array hashes not computed"))
