@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from snapops.formats import _sha256, sha256lanes, wtxt
+from snapops.formats.errors import FormatError
 from snapops.formats.sha256lanes import Running, feed, hmac_from_inner, hmac_inner_prefix
-from snapops.formats.wtxt import _arrayhash, _emit
+from snapops.formats.wtxt import _arrayhash, _chunks, _emit
 from tests.formats.helper_threads import wait_helpers_idle
 from tests.reference import wtxt_ref
 
@@ -148,3 +149,47 @@ def test_a_changed_byte_still_fails_the_array_digest_and_hmac(tmp_path, keydir, 
     (tmp_path / "y.wtxt").write_bytes(bytes(text))
     report = wtxt.verify(tmp_path / "y.wtxt", hmac_key=keydir / "hmac.key")
     assert not report.ok and "hmac" in str(report.failure)
+
+
+def flip_chunk_sha(data: bytes, ix: int, array_at: int = 0) -> tuple[bytes, int]:
+    """``data`` with one hex digit of chunk ``ix``'s sha256 field (of the array whose arr line
+    is at or after ``array_at``) changed, and that ch line's number."""
+    at = data.index(b"ch ix=%06d " % ix, array_at)
+    digit = data.index(b" sha256=", at) + len(" sha256=")
+    new = b"0" if data[digit:digit + 1] != b"0" else b"1"
+    return data[:digit] + new + data[digit + 1:], data.count(b"\n", 0, at) + 1
+
+
+@pytest.mark.parametrize("kernel", KINDS)
+def test_a_wrong_chunk_digest_is_named_at_its_ch_line(tmp_path, monkeypatch, kernel):
+    monkeypatch.setattr(sha256lanes, "KERNEL", kernel)
+    monkeypatch.setattr(_chunks, "BATCH_BYTES", 65536)      # runs of two 32 KiB chunks
+    arrays = {"a": np.arange(300_000, dtype=np.float32), "b": np.ones(70_000, np.float32)}
+    wtxt.save(arrays, tmp_path / "x.wtxt", gen=1, ts=TS)
+    data = (tmp_path / "x.wtxt").read_bytes()
+    for ix in (0, 5, 36):                   # first, inside a run, the short last chunk
+        forged, line = flip_chunk_sha(data, ix)
+        (tmp_path / "y.wtxt").write_bytes(forged)
+        with pytest.raises(FormatError, match=r"chunk_sha256") as raised:
+            wtxt.load(tmp_path / "y.wtxt")
+        assert (raised.value.check, raised.value.line, raised.value.chunk) == \
+            ("chunk_sha256", line, ix)
+        report = wtxt.verify(tmp_path / "y.wtxt")
+        assert (report.failure.check, report.failure.line) == ("chunk_sha256", line)
+
+
+def test_a_wrong_chunk_digest_comes_before_a_fault_later_in_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(_chunks, "BATCH_BYTES", 65536)
+    arrays = {"a": np.arange(300_000, dtype=np.float32), "b": np.ones(70_000, np.float32)}
+    wtxt.save(arrays, tmp_path / "x.wtxt", gen=1, ts=TS)
+    forged, line = flip_chunk_sha((tmp_path / "x.wtxt").read_bytes(), 3)
+    later = forged.index(b"endarr\n", forged.index(b"arr name=b"))
+    forged = forged[:later] + b"endarX\n" + forged[later + 7:]     # a grammar fault after it
+    (tmp_path / "y.wtxt").write_bytes(forged)
+    report = wtxt.verify(tmp_path / "y.wtxt")
+    assert (report.failure.check, report.failure.line) == ("chunk_sha256", line)
+    same_array = forged.index(b"endarr\n")                           # in the same array
+    forged = forged[:same_array] + b"endarX\n" + forged[same_array + 7:]
+    (tmp_path / "z.wtxt").write_bytes(forged)
+    report = wtxt.verify(tmp_path / "z.wtxt")
+    assert (report.failure.check, report.failure.line) == ("chunk_sha256", line)
