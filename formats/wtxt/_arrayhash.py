@@ -2,8 +2,9 @@
 SHA-256 and (with a key) its HMAC, hashed together (:mod:`..sha256lanes`).
 
 The pass runs as one task on the writer's pool, run by run in file order; the chunk digests
-of each run are published as soon as they are known, so the tasks that encode the run's text
-(submitted after this one, and so started after it) wait at most for the runs not yet hashed.
+of each run are published as soon as they are known (kept as 32 bytes each until used), so
+the tasks that encode the run's text (submitted after this one, and so started after it)
+wait at most for the runs not yet hashed.
 Every future it hands out is resolved whatever happens: with the digests, with the error that
 stopped the pass, or cancelled when the pool dropped the task before it ran.
 """
@@ -38,7 +39,8 @@ class ArrayHashes:
     def chunk_hex(self, first: int) -> np.ndarray:
         """(count, 64) hex digits of the SHA-256s of the run that starts at chunk ``first``,
         once hashed."""
-        return self._chunks[first].result()
+        digests = self._chunks[first].result()
+        return hex_digits(np.frombuffer(digests, np.uint8).reshape(-1, 32))
 
     def _run(self) -> None:
         plan, raw = self._array.plan, self._array.raw
@@ -47,9 +49,8 @@ class ArrayHashes:
             running.append(Running(hmac_inner_prefix(self._key, self._salt)))
         for first, count, length in self._runs:
             start = first * plan.chunk_len
-            digests = feed(raw[start:start + count * length], max(length, 1), running)
             self._chunks[first].set_result(
-                hex_digits(np.frombuffer(digests, np.uint8).reshape(-1, 32)))
+                feed(raw[start:start + count * length], max(length, 1), running))
         self.sha.set_result(running[0].hexdigest())
         if self.mac is not None:
             self.mac.set_result(hmac_from_inner(self._key, running[1].digest()).hex())

@@ -3,19 +3,18 @@
 Every line of a WTXT file has a width known before any hash is computed, so ``plan_layout``
 gives the offset of every line and chunk up front (plan, then sink). The work then runs on
 ``threads`` workers (the SHA-256 kernel, pybase64, numpy and pwrite release the GIL, so two
-workers use two cores), submitted in file order: per array, ``DIGEST_LEAD`` times further
-ahead, one pass that hashes its chunks, the array and (with a key) the HMAC's inner message
-together (:mod:`._arrayhash`: the messages' SHA-256 rounds interleaved, 1.5-1.7x the speed of
-separate passes), then tasks of about 1 MiB of chunks, each computing its chunks' CRC32C,
-encoding the bodies, taking the chunks' digests from the array's pass (waiting, rarely, for
-the runs not yet hashed) and writing the text at its offset (so the disk has text to write
-from the start). The root chain (:mod:`._rootchain`) feeds ``sha256_all`` and ``fastxor``
-array by array as the digests come in, so the root is known before the chunks are done: the
-arr lines, the root line and the sign line are then written, and ``write_file``'s read-back
-of the file's SHA-256 follows the finished text instead of starting at the end. Finished
-ranges are handed to the kernel's writeback as they complete, so the final fsync has little
-left to wait for. Peak extra memory is a few MiB per worker. Outputs that are not regular
-files get the bytes through a temporary file.
+workers use two cores). First, per array, one pass that hashes its chunks, the array and
+(with a key) the HMAC's inner message together (:mod:`._arrayhash`: the messages' SHA-256
+rounds interleaved, 1.5-1.7x the speed of separate passes); then, in file order, tasks of
+about 1 MiB of chunks, each computing its chunks' CRC32C, encoding the bodies, taking the
+chunks' digests from the array's pass and writing the text at its offset. The root chain
+(:mod:`._rootchain`) feeds ``sha256_all`` and ``fastxor`` array by array as the digests come
+in, so the root is known early: the arr lines, the root line and the sign line are then
+written, and ``write_file``'s read-back of the file's SHA-256 follows the finished text
+instead of starting at the end. Finished ranges are handed to the kernel's writeback as they
+complete, so the final fsync has little left to wait for. Peak extra memory is a few MiB per
+worker and the chunks' digests (32 bytes per chunk, 0.1% of the state with 32 KiB chunks).
+Outputs that are not regular files get the bytes through a temporary file.
 """
 
 from __future__ import annotations
@@ -54,7 +53,6 @@ from ._rootchain import RootChain
 BATCH_BYTES = 1 << 20        # raw bytes per encode task
 PIECE_BYTES = 57 * 16384     # raw bytes per piece of a chunk larger than BATCH_BYTES
 MAX_IN_FLIGHT = 8            # encode tasks queued or running at once
-DIGEST_LEAD = 2              # raw bytes of digest tasks submitted per byte of chunk tasks
 ROOT_LINE_LEN = len(Root(ZERO64, ZERO64, ZERO64, ZERO16).line()) + 1
 SIGN_LINE_LEN = len("sign ed25519= keyid=\n") + 88 + 16
 _ENDCH = np.frombuffer(ENDCH, np.uint8)
@@ -226,22 +224,18 @@ def chunk_jobs(array: PreparedArray, hashes: ArrayHashes, at: int):
 
 def run_jobs(pool, sink: FileSink, arrays: list[PreparedArray], layout: Layout,
              hashes: list[ArrayHashes], chain: RootChain, on_root):
-    """Submit every chunk task in file order (at most MAX_IN_FLIGHT outstanding) with the
-    arrays' hash passes ``DIGEST_LEAD`` raw bytes ahead of them (an array's pass always
-    before its chunks' tasks, which wait on it), so the disk gets text from the start while
-    the root chain keeps up; call ``on_root`` once the root is known (it writes the header,
-    so the file's digest can follow the finished text) and return what it returns."""
+    """Submit every array's hash pass, then every chunk task in file order (at most
+    MAX_IN_FLIGHT outstanding; each waits, rarely, for its run's digests); call ``on_root``
+    once the root is known (it writes the header, so the file's digest can follow the
+    finished text) and return what it returns. The hash passes go first: the file's digest
+    can only start once the root is known, and then runs beside the encoders instead of
+    after them (plain saves 0.434 against 0.461 s, sealed 0.467 against 0.512 s, medians of
+    8 alternating, against passes kept two arrays' bytes ahead of the chunk tasks)."""
     window: collections.deque = collections.deque()
-    digested = ahead = chunked = 0
     root = None
-
-    def lead(target: int) -> None:
-        nonlocal digested, ahead
-        while digested < len(arrays) and ahead <= target:
-            hashes[digested].start(pool)
-            chain.add(digested, (hashes[digested].sha, hashes[digested].mac))
-            ahead += len(arrays[digested].raw)
-            digested += 1
+    for index, mine in enumerate(hashes):
+        mine.start(pool)
+        chain.add(index, (mine.sha, mine.mac))
 
     def settle_oldest() -> None:
         nonlocal root
@@ -252,13 +246,10 @@ def run_jobs(pool, sink: FileSink, arrays: list[PreparedArray], layout: Layout,
         sink.finished_up_to(done_to)
 
     for array, mine, place in zip(arrays, hashes, layout.places):
-        lead(max(DIGEST_LEAD, 1) * chunked + len(array.raw))     # this array's pass too
         for function, args, end in chunk_jobs(array, mine, place.body_at):
             window.append((pool.submit(function, sink, *args), end))
             if len(window) >= MAX_IN_FLIGHT:
                 settle_oldest()
-        chunked += len(array.raw)
-    lead(1 << 62)
     while window:
         settle_oldest()
     return root if root is not None else on_root()

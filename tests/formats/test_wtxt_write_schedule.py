@@ -135,10 +135,10 @@ def test_an_abandoned_trailing_digest_frees_its_helper(tmp_path):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 5])
-@pytest.mark.parametrize("lead", [0, 1, 1000])
-def test_same_bytes_and_digest_for_every_pool_size_and_lead(tmp_path, keydir, monkeypatch,
-                                                              threads, lead):
-    monkeypatch.setattr(_emit, "DIGEST_LEAD", lead)
+@pytest.mark.parametrize("in_flight", [1, 8])
+def test_same_bytes_and_digest_for_every_pool_size_and_window(tmp_path, keydir, monkeypatch,
+                                                              threads, in_flight):
+    monkeypatch.setattr(_emit, "MAX_IN_FLIGHT", in_flight)
     monkeypatch.setattr(_emit, "BATCH_BYTES", 4096)      # many chunk tasks per array
     arrays = state(12)
     ours = wtxt.save(arrays, tmp_path / "x.wtxt", gen=3, ts=TS, row_blocking=True,
