@@ -27,7 +27,6 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 import zstandard as zstd
-import threading
 
 from snapops.formats._kernels import (compact_nonzero, expand_nonzero, unshuffle_xor,
                                       zero_run_producer)
@@ -257,19 +256,68 @@ def read_header(blob: bytes | memoryview, path: str = "residual", *,
     return ResidualHeader(itemsize, t_len, b_len, b_sha.hex(), t_sha.hex(), p_len, flags)
 
 
+@dataclass(frozen=True)
+class Planes:
+    """A residual's byte planes as decoded, to be applied: ``dense`` is laid out as the planes
+    are (``target_length`` bytes), but that the place of a sparse plane holds its values, not
+    its bytes; ``sparse`` is (plane, bitmap, values) for each sparse plane. Sparse planes stay
+    a bitmap and its values until the kernel that applies them expands them on its way:
+    expanded beforehand, the planes of a sparse change (1% of rows) cost a write and a read
+    of a shard's worth of zeros per residual."""
+    dense: np.ndarray
+    itemsize: int
+    sparse: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
+
+    def layout(self) -> np.ndarray:
+        """The planes as the format lays them out (sparse planes expanded), in new memory.
+
+        >>> bitmap, values = np.array([0b101], np.uint8), np.array([9, 8], np.uint8)
+        >>> Planes(np.arange(6, dtype=np.uint8), 2, ((0, bitmap, values),)).layout().tolist()
+        [9, 0, 8, 3, 4, 5]
+        """
+        out = self.dense.copy()
+        n = len(out) // self.itemsize
+        for plane, bitmap, values in self.sparse:
+            expand_nonzero(out[plane * n:(plane + 1) * n], bitmap, values)
+        return out
+
+
+def planes_room(head: ResidualHeader) -> int:
+    """The bytes a buffer needs to decode ``head``'s residual into (:func:`decompress_planes`):
+    its planes (a sparse plane's values in its place: at most as many as its bytes), then the
+    bitmaps of its sparse planes.
+
+    >>> planes_room(ResidualHeader(4, 10, 0, "", "", 0, sparse=0b101))
+    12
+    """
+    return head.target_length + sum((size + 7) // 8 for _, size, sparse in _segments(head)
+                                    if sparse)
+
+
 def residual_planes(blob: bytes | memoryview, *, path: str = "residual",
                     limits: DeclaredLimits = DEFAULT_LIMITS) -> tuple[ResidualHeader, np.ndarray]:
-    """The checked header of a residual and its decompressed byte planes (not yet applied)."""
+    """The checked header of a residual and its byte planes as the format lays them out
+    (sparse ones expanded; not yet applied)."""
+    head, planes = _header_and_planes(blob, path, limits)
+    return head, planes.layout()
+
+
+def _header_and_planes(blob: bytes | memoryview, path: str,
+                       limits: DeclaredLimits) -> tuple[ResidualHeader, Planes]:
+    """The checked header of a residual in memory and its decoded planes."""
     head = read_header(blob, path)
     check_declared("residual target", head.target_length, limits, path)
     return head, decompress_planes(memoryview(blob)[HEADER.size:], head, None, path)
 
 
-def apply_planes(base: np.ndarray, head: ResidualHeader, planes: np.ndarray) -> np.ndarray:
+def apply_planes(base: np.ndarray, head: ResidualHeader, planes: Planes,
+                 path: str = "residual") -> np.ndarray:
     """The target of a residual from its ``base`` (a writable contiguous uint8 array, changed
-    in place when it has the target's length) and its planes: the base fitted to the target's
-    length (cut, or padded with zeros) XOR the unshuffled planes, in one sequential pass (the C
-    kernel: 4x faster than numpy's strided XOR per plane)."""
+    in place when it has the target's length) and its decoded ``planes``: the base fitted to
+    the target's length (cut, or padded with zeros) XOR the unshuffled planes, in one
+    sequential pass (the C kernel: 4x faster than numpy's strided XOR per plane), which
+    expands the sparse planes on the way. FormatError when a sparse plane's bitmap does not
+    match its values (the base's bytes are then undefined)."""
     if len(base) != head.target_length:
         fitted = np.zeros(head.target_length, np.uint8)
         n = min(len(base), head.target_length)
@@ -277,8 +325,12 @@ def apply_planes(base: np.ndarray, head: ResidualHeader, planes: np.ndarray) -> 
         base = fitted
     size = head.itemsize
     whole = len(base) // size * size
-    unshuffle_xor(base[:whole], planes[:whole], size)
-    base[whole:] ^= planes[whole:]
+    try:
+        unshuffle_xor(base[:whole], planes.dense[:whole], size, planes.sparse)
+    except ValueError as exc:
+        raise FormatError(f"residual payload has a bad sparse plane: {exc}", path=path,
+                          offset=HEADER.size, check="residual") from None
+    base[whole:] ^= planes.dense[whole:]
     return base
 
 
@@ -286,12 +338,12 @@ def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
                     path: str = "residual", limits: DeclaredLimits = DEFAULT_LIMITS) -> bytes:
     """``target`` from ``base`` and its residual ``blob``; FormatError when ``blob`` is not a
     residual of ``base`` or does not reproduce the target it names."""
-    head, planes = residual_planes(blob, path=path, limits=limits)
+    head, planes = _header_and_planes(blob, path, limits)
     if len(base) != head.base_length or hashlib.sha256(base).hexdigest() != head.base_sha256:
         raise FormatError("residual applied to the wrong base", path=path, offset=24,
                           check="residual-base", expected=f"base sha256={head.base_sha256}",
                           got=f"sha256={hashlib.sha256(base).hexdigest()}")
-    out = apply_planes(np.frombuffer(base, np.uint8).copy(), head, planes).tobytes()
+    out = apply_planes(np.frombuffer(base, np.uint8).copy(), head, planes, path).tobytes()
     got = hashlib.sha256(out).hexdigest()
     if got != head.target_sha256:
         raise FormatError("residual does not reproduce its target", path=path,
@@ -301,35 +353,33 @@ def decode_residual(base: bytes | memoryview, blob: bytes | memoryview, *,
 
 
 def decompress_planes(source: BinaryIO | bytes | memoryview, head: ResidualHeader,
-                      out: np.ndarray | None, path: str = "residual") -> np.ndarray:
+                      out: np.ndarray | None, path: str = "residual") -> Planes:
     """The byte planes of a residual, decompressed into ``out`` (a writable uint8 array at
-    least ``head.target_length`` long, which a caller decoding many residuals reuses: no fresh
-    memory per residual; None: a new one, allocated once the frames declare that length) and
-    returned as its first ``target_length`` bytes. ``source`` is the payload, or a file
-    positioned at its first byte. The payload must be at most ``MAX_FRAMES`` zstd frames whose
-    declared content sizes hold exactly the planes (sparse ones as a bitmap and its values),
-    so nothing beyond ``out`` is ever written."""
-    length = head.target_length
+    least :func:`planes_room` long, which a caller decoding many residuals reuses: no fresh
+    memory per residual; None: a new one, allocated once the frames declare their sizes),
+    sparse ones as their bitmap and values (:class:`Planes`). ``source`` is the payload, or a
+    file positioned at its first byte. The payload must be at most ``MAX_FRAMES`` zstd frames
+    whose declared content sizes hold exactly the planes (a sparse one: a bitmap of one bit
+    per byte, at most as many values as bytes), so nothing beyond ``out`` is ever written.
+    Whether a bitmap's bits match its values is checked when the plane is applied."""
     segments = _segments(head)
+    room = planes_room(head)
+    if out is not None and len(out) < room:
+        raise ValueError(f"out holds {len(out)} bytes, the planes need {room}")
     try:
         with _payload(source) as payload:
             if payload is not None and ONE_SHOT:
                 frames = frame_sizes(payload, MAX_FRAMES)
-                _check_frames(frames, segments, length, path)
-                planes = _allocate(length, path) if out is None else out[:length]
-                _decode_segments(payload, frames, segments, planes)
+                _check_frames(frames, segments, head.target_length, path)
+                buffer = _allocate(room, path) if out is None else out[:room]
+                sparse = _decode_segments(payload, frames, segments, buffer, head)
             else:
-                planes = _allocate(length, path) if out is None else out[:length]
-                _stream_segments(source, segments, planes, path)
+                buffer = _allocate(room, path) if out is None else out[:room]
+                sparse = _stream_segments(source, segments, buffer, head, path)
     except (zstd.ZstdError, FrameError) as exc:
         raise FormatError(f"residual payload is not valid zstd: {exc}", path=path,
                           offset=HEADER.size, check="residual") from None
-    except FormatError:
-        raise
-    except ValueError as exc:                           # a sparse plane's bitmap and values
-        raise FormatError(f"residual payload has a bad sparse plane: {exc}", path=path,
-                          offset=HEADER.size, check="residual") from None
-    return planes
+    return Planes(buffer[:head.target_length], head.itemsize, tuple(sparse))
 
 
 def _segments(head: ResidualHeader) -> list[tuple[int, int, bool]]:
@@ -370,30 +420,60 @@ def _check_frames(frames: list[tuple[int, int]], segments: list[tuple[int, int, 
         at += len(rules)
 
 
+def _places(head: ResidualHeader, buffer: np.ndarray
+            ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+    """Where each segment (:func:`_segments`) is decoded to in ``buffer``: (its plane, the
+    place of its bytes, or of a sparse plane's values; None, or the place of the sparse
+    plane's bitmap). A sparse plane has at most as many values as bytes: they go to its own
+    place; its bitmap past the planes, after those of the sparse planes before it
+    (:func:`planes_room`).
+
+    >>> [(k, len(at), bitmap is None or len(bitmap)) for k, at, bitmap in
+    ...  _places(ResidualHeader(4, 22, 0, "", "", 0, sparse=0b101), np.empty(24, np.uint8))]
+    [(0, 5, 1), (1, 5, True), (2, 5, 1), (3, 7, True)]
+    """
+    bitmaps = head.target_length
+    plane_size = max(1, head.target_length // head.itemsize)
+    for offset, size, sparse in _segments(head):
+        bitmap = None
+        if sparse:
+            bitmap = buffer[bitmaps:bitmaps + (size + 7) // 8]
+            bitmaps += len(bitmap)
+        yield offset // plane_size, buffer[offset:offset + size], bitmap
+
+
 def _decode_segments(payload: memoryview, frames: list[tuple[int, int]],
-                     segments: list[tuple[int, int, bool]], planes: np.ndarray) -> None:
+                     segments: list[tuple[int, int, bool]], buffer: np.ndarray,
+                     head: ResidualHeader) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The frames (checked by :func:`_check_frames`) decoded into their places in
+    ``buffer``; the sparse planes as (plane, bitmap, values)."""
     if len(segments) == 1 and not segments[0][2]:
-        decode_frames_into(payload, planes, frames)
-        return
-    at = index = 0
-    for offset, size, sparse in segments:
-        count = 2 if sparse else 1
-        mine = frames[index:index + count]
-        end = at + sum(compressed for compressed, _ in mine)
-        if not sparse:
-            decode_frames_into(payload[at:end], planes[offset:offset + size], mine)
+        decode_frames_into(payload, buffer[:head.target_length], frames)
+        return []
+    starts = np.cumsum([0] + [compressed for compressed, _ in frames]).tolist()
+
+    def decode(index: int, place: np.ndarray) -> np.ndarray:
+        decode_frames_into(payload[starts[index]:starts[index + 1]], place,
+                           frames[index:index + 1])
+        return place[:frames[index][1]]
+
+    sparse, index = [], 0
+    for plane, place, bitmap in _places(head, buffer):
+        if bitmap is None:
+            decode(index, place)
+            index += 1
         else:
-            scratch = _scratch(sum(declared for _, declared in mine))
-            decode_frames_into(payload[at:end], scratch, mine)
-            split = mine[0][1]
-            expand_nonzero(planes[offset:offset + size], scratch[:split], scratch[split:])
-        at, index = end, index + count
+            sparse.append((plane, decode(index, bitmap), decode(index + 1, place)))
+            index += 2
+    return sparse
 
 
-def _stream_segments(source, segments: list[tuple[int, int, bool]], planes: np.ndarray,
-                     path: str) -> None:
+def _stream_segments(source, segments: list[tuple[int, int, bool]], buffer: np.ndarray,
+                     head: ResidualHeader, path: str
+                     ) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Where libzstd's one-shot decoder cannot be used: the frames streamed, each segment
-    into its place (a sparse plane's bitmap first, which says how many values follow)."""
+    into its place (a sparse plane's bitmap first, which says how many values follow); the
+    sparse planes as (plane, bitmap, values)."""
     reader = zstd_decompressor().stream_reader(source, read_size=1 << 20, closefd=False,
                                                read_across_frames=True)
 
@@ -403,29 +483,23 @@ def _stream_segments(source, segments: list[tuple[int, int, bool]], planes: np.n
             got += n
         return got
 
-    for offset, size, sparse in segments:
-        if not sparse:
-            got = read_into(memoryview(planes[offset:offset + size]))
-            _check_length(got, size, path)
+    sparse = []
+    for plane, place, bitmap in _places(head, buffer):
+        if bitmap is None:
+            _check_length(read_into(memoryview(place)), len(place), path)
             continue
-        bitmap = np.empty((size + 7) // 8, np.uint8)
         _check_length(read_into(memoryview(bitmap)), len(bitmap), path)
-        values = np.empty(int(np.unpackbits(bitmap).sum()), np.uint8)
-        _check_length(read_into(memoryview(values)), len(values), path)
-        expand_nonzero(planes[offset:offset + size], bitmap, values)
+        count = int(np.unpackbits(bitmap).sum())
+        if count > len(place):
+            raise FormatError("residual payload has a bad sparse plane: its bitmap sets more "
+                              "bits than the plane has bytes", path=path, offset=HEADER.size,
+                              check="residual", expected=f"at most {len(place)} bits",
+                              got=f"{count}")
+        _check_length(read_into(memoryview(place[:count])), count, path)
+        sparse.append((plane, bitmap, place[:count]))
     _check_length(sum(size for _, size, _ in segments) + len(reader.read(1)),
-                  planes.size, path)
-
-
-_local = threading.local()
-
-
-def _scratch(size: int) -> np.ndarray:
-    """This thread's buffer for a sparse plane's bitmap and values, grown as needed."""
-    buffer = getattr(_local, "scratch", None)
-    if buffer is None or len(buffer) < size:
-        buffer = _local.scratch = np.empty(max(size, 1 << 20), np.uint8)
-    return buffer[:size]
+                  head.target_length, path)
+    return sparse
 
 
 def _check_length(got: int, length: int, path: str) -> None:

@@ -43,9 +43,11 @@ from snapops.formats.integrity import file_sha256
 from snapops.formats.generation.manifest import ShardRecord
 from snapops.formats.generation.residual import (
     HEADER,
+    Planes,
     ResidualHeader,
     apply_planes,
     decompress_planes,
+    planes_room,
     read_header,
 )
 from snapops.formats.limits import DEFAULT_LIMITS, check_declared
@@ -106,13 +108,13 @@ class _Spares:
 
 
 def _decoded(blobs: list[Path], heads: list[ResidualHeader], buffers: list[np.ndarray],
-             path: str) -> Iterator[tuple[ResidualHeader, np.ndarray] | None]:
-    """Each residual's header and decompressed planes, in order, decoded ``len(buffers)`` at
-    a time on a thread pool, each into one of ``buffers`` (each at least as long as the
-    longest target): a yielded array is valid until the next one is asked for. The first
-    item is None, yielded as soon as the first decodes are under way (the caller reads its
-    base meanwhile)."""
-    def decode(blob: Path, head: ResidualHeader, out: np.ndarray) -> np.ndarray:
+             path: str) -> Iterator[tuple[ResidualHeader, Planes] | None]:
+    """Each residual's header and decompressed planes (sparse ones kept as their bitmap and
+    values), in order, decoded ``len(buffers)`` at a time on a thread pool, each into one of
+    ``buffers`` (each at least :func:`planes_room` of every residual): yielded planes are
+    valid until the next ones are asked for. The first item is None, yielded as soon as the
+    first decodes are under way (the caller reads its base meanwhile)."""
+    def decode(blob: Path, head: ResidualHeader, out: np.ndarray) -> Planes:
         with open(blob, "rb") as f:
             f.seek(HEADER.size)
             return decompress_planes(f, head, out, path)
@@ -395,7 +397,8 @@ class ObjectStore:
         second copy of the shard through ``write``); the result's SHA-256 when asked."""
         longest = max([first.stat().st_size] + [h.target_length for h in heads])
         check_declared("residual target", longest, DEFAULT_LIMITS, path)
-        spares = [self._spares.take(longest) for _ in range(IN_FLIGHT)]
+        room = max(planes_room(h) for h in heads)
+        spares = [self._spares.take(room) for _ in range(IN_FLIGHT)]
         try:
             os.ftruncate(out.fileno(), longest)
             pages = mmap.mmap(out.fileno(), longest) if longest else None   # none of 0 bytes
@@ -444,14 +447,17 @@ class ObjectStore:
     def _apply(start: Path, blobs: list[Path], heads: list[ResidualHeader],
                buffers: list[np.ndarray], path: str) -> np.ndarray:
         """The start shard's bytes with every residual applied in order, in ``buffers[0]``
-        (``buffers``: ``IN_FLIGHT + 1`` arrays, each as long as the longest shard of the
-        chain). XOR is associative, so no intermediate shard is built and only the final
-        result is checked (by :meth:`_rebuild`). Each residual's planes are unshuffled and
-        XORed into the shard in one pass of the C kernel (:func:`apply_planes`); the next
-        residuals are decompressed on other cores meanwhile, each into one of the other
-        buffers. (Combining a run of residuals in their plane layout first and unshuffling
-        once needed one more shard-sized buffer, whose fresh pages cost more than the
-        passes it saved: bf16 312 -> 353 MB/s, f32 406 -> 430, medians of 16 and 12.)"""
+        (``buffers``: ``IN_FLIGHT + 1`` arrays, the first as long as the longest shard of the
+        chain, the others :func:`planes_room` of its largest residual). XOR is associative,
+        so no intermediate shard is built and only the final result is checked (by
+        :meth:`_rebuild`). Each residual's dense planes are unshuffled and XORed into the
+        shard in one pass of a C kernel, its sparse planes XORed in straight from their
+        bitmaps (:func:`apply_planes`: a sparse change's residual touches only the items it
+        changes and the planes it stores dense); the next residuals are decompressed on
+        other cores meanwhile, each into one of the other buffers. (Combining a run of
+        residuals in their plane layout first and unshuffling once needed one more
+        shard-sized buffer, whose fresh pages cost more than the passes it saved: bf16 312 ->
+        353 MB/s, f32 406 -> 430, medians of 16 and 12.)"""
         data, decoding = buffers[0], buffers[1:]
         length = start.stat().st_size
         with contextlib.closing(_decoded(blobs, heads, decoding, path)) as decoded:
@@ -466,5 +472,5 @@ class ObjectStore:
                 if head.target_length > length:
                     data[length:head.target_length] = 0
                 length = head.target_length
-                apply_planes(data[:length], head, planes)
+                apply_planes(data[:length], head, planes, path)
         return data[:length]

@@ -120,9 +120,9 @@ def test_a_residual_read_from_a_stream_that_cannot_be_mapped_is_streamed():
     head = read_header(blob[:HEADER.size], "r", total=len(blob))
     stream = io.BytesIO(blob)
     stream.seek(HEADER.size)                   # no file descriptor to map
-    planes = decompress_planes(stream, head, None)
+    planes = decompress_planes(stream, head, None).layout()
     with open_payload_file(blob) as f:         # a real file: mapped, decoded in one call
-        assert bytes(decompress_planes(f, head, None)) == bytes(planes)
+        assert bytes(decompress_planes(f, head, None).layout()) == bytes(planes)
     assert len(planes) == len(target)
 
 

@@ -15,11 +15,13 @@ from snapops.formats.errors import FormatError, LimitError
 from snapops.formats.generation import residual
 from snapops.formats.generation.residual import (
     HEADER,
+    Planes,
     ResidualHeader,
     apply_planes,
     decode_residual,
     decompress_planes,
     encode_residual,
+    planes_room,
     read_header,
 )
 from snapops.formats.lfs.objects import ObjectStore
@@ -65,7 +67,8 @@ def test_shuffle_is_byte_planes():
     planes = _planes(bytes(10), data.tobytes())          # XOR a zero base: the data
     assert planes.tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9]
     head = ResidualHeader(4, len(data), len(data), "", "", 0)
-    assert apply_planes(np.zeros(10, np.uint8), head, planes).tolist() == data.tolist()
+    assert apply_planes(np.zeros(10, np.uint8), head, Planes(planes, 4)).tolist() == \
+        data.tolist()
 
 
 
@@ -83,7 +86,7 @@ def test_unshuffle_matches_a_transpose(itemsize, offset):
     expected[:whole] ^= planes[:whole].reshape(itemsize, -1).T.reshape(-1)
     expected[whole:] ^= planes[whole:]
     head = ResidualHeader(itemsize, n, n, "", "", 0)
-    assert np.array_equal(apply_planes(base, head, planes), expected)
+    assert np.array_equal(apply_planes(base, head, Planes(planes, itemsize)), expected)
 
 @pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 33, 4099])
 @pytest.mark.parametrize("itemsize", range(1, 9))
@@ -183,18 +186,25 @@ def test_payload_longer_than_declared_refused():
 
 
 def test_planes_decode_into_a_reused_buffer_and_refuse_a_short_one(tmp_path):
+    """The planes and the sparse plane's bitmap and values all in ``out`` (the planes' room:
+    their length and the bitmap's), nothing written past it; a shorter ``out`` refused."""
     base, target = _pair(np.float32, n=1000)
     blob = encode_residual(base, target, itemsize=4)
     head = read_header(blob)
-    out = np.full(head.target_length + 10, 7, np.uint8)
+    room = planes_room(head)
+    assert head.sparse == 0b100 and room == head.target_length + 1000 // 8
+    out = np.full(room + 10, 7, np.uint8)
     f = tmp_path / "r"
     f.write_bytes(blob)
     with open(f, "rb") as stream:
         stream.seek(HEADER.size)
         planes = decompress_planes(stream, head, out)
-    assert planes.base is out or planes.base is out.base
-    assert planes.tobytes() == _planes(base, target).tobytes()
-    assert out[head.target_length:].tolist() == [7] * 10          # nothing past the planes
+    [(plane, bitmap, values)] = planes.sparse
+    assert plane == 2 and all(np.shares_memory(a, out) for a in (planes.dense, bitmap, values))
+    assert planes.layout().tobytes() == _planes(base, target).tobytes()
+    assert out[room:].tolist() == [7] * 10                        # nothing past the room
+    with pytest.raises(ValueError, match=rf"out holds {room - 1} bytes, the planes need {room}"):
+        decompress_planes(blob[HEADER.size:], head, out[:room - 1])
     payload = zstd.ZstdCompressor(write_content_size=False).compress(b"\0" * 100)
     with pytest.raises(FormatError, match="frame at byte 0 declares no content size"):
         decompress_planes(payload, ResidualHeader(4, 100, 0, "", "", 0), np.empty(100, np.uint8))
@@ -238,6 +248,103 @@ def test_a_payload_of_too_many_or_too_few_frames_is_refused(frames, message):
                        len(payload))
     with pytest.raises(FormatError, match=rf"\[residual\].*{message}"):
         decode_residual(base, head + payload)
+
+
+def _sparse_plane(rng, count: int, density: float):
+    """A plane of ``count`` bytes, about ``density`` of them not zero; its bitmap, values."""
+    plane = np.where(rng.random(count) < density, rng.integers(1, 256, count), 0)
+    plane = plane.astype(np.uint8)
+    return plane, np.packbits(plane != 0, bitorder="little"), plane[plane != 0]
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 15, 16, 17, 33, 64, 200, 4099])
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.3, 1.0])
+@pytest.mark.parametrize("itemsize", residual.ITEMSIZES)
+def test_the_unshuffle_kernel_expands_sparse_planes_on_the_way(itemsize, density, count):
+    """Each plane of every item size sparse in turn, then all but the last, against numpy:
+    all-zero bitmaps (no values), counts that are not a multiple of 8 (a partial last bitmap
+    byte) nor of the 16 items the kernel does at a time, a bit in the last, partial byte
+    alone, the last values of a plane (read byte by byte: no load past them). A sparse
+    plane's place in the planes holds garbage: it is not read."""
+    rng = np.random.default_rng(1000 * itemsize + count + int(100 * density))
+    choices = [[k] for k in range(itemsize)] + [list(range(itemsize - 1))]
+    for sparse_planes in choices:
+        planes = rng.integers(0, 256, (itemsize, count), dtype=np.uint8)
+        expected_planes, sparse = planes.copy(), []
+        for k in sparse_planes:
+            plane, bitmap, values = _sparse_plane(rng, count, density)
+            if count % 8 and k == sparse_planes[-1] and density == 0.0:
+                plane[-1] = 0xA5
+                bitmap, values = np.packbits(plane != 0, bitorder="little"), plane[-1:]
+            expected_planes[k] = plane
+            sparse.append((k, bitmap, values))
+        items = rng.integers(0, 256, count * itemsize, dtype=np.uint8)
+        expected = items ^ expected_planes.T.reshape(-1)
+        unshuffle_xor(items, planes.reshape(-1), itemsize, sparse)
+        assert np.array_equal(items, expected), sparse_planes
+
+
+def _refused(case: str):
+    """Arguments of unshuffle_xor (13 items of 4 bytes, plane 1 sparse with three bits set)
+    made wrong as ``case`` says."""
+    bitmap, values = np.array([0b1001, 0b10000], np.uint8), np.array([1, 2, 3], np.uint8)
+    items, planes = np.arange(52, dtype=np.uint8), np.zeros(52, np.uint8)
+    sparse = [(1, bitmap, values)]
+    if case == "plane past the item":
+        sparse = [(4, bitmap, values)]
+    elif case == "plane below 0":
+        sparse = [(-1, bitmap, values)]
+    elif case == "a plane twice":
+        sparse = [(1, bitmap, values), (1, bitmap, values)]
+    elif case == "not a triple":
+        sparse = [(1, bitmap)]
+    elif case == "not a sequence":
+        sparse = 7
+    elif case == "bitmap a byte short":
+        sparse = [(1, bitmap[:1], values)]
+    elif case == "bitmap a byte long":
+        sparse = [(1, np.append(bitmap, np.uint8(0)), values)]
+    elif case == "a bit past the items":
+        bitmap[1] |= 0b100000
+        sparse = [(1, bitmap, np.append(values, np.uint8(4)))]
+    elif case == "a value too few":
+        sparse = [(1, bitmap, values[:2])]
+    elif case == "a value too many":
+        sparse = [(1, bitmap, np.append(values, np.uint8(4)))]
+    elif case == "no value for the first bit":
+        sparse = [(1, bitmap, values[:0])]
+    return items, planes, 4, sparse
+
+
+@pytest.mark.parametrize("case, error, message, touched", [
+    ("plane past the item", ValueError, "sparse plane 4: not a plane of 4", False),
+    ("plane below 0", ValueError, "sparse plane -1: not a plane of 4", False),
+    ("a plane twice", ValueError, "sparse plane 1: .*named twice", False),
+    ("not a triple", TypeError, r"sequence of \(plane, bitmap, values\)", False),
+    ("not a sequence", TypeError, r"sequence of \(plane, bitmap, values\)", False),
+    ("bitmap a byte short", ValueError, "13 items need a bitmap of 2 bytes, got 1", False),
+    ("bitmap a byte long", ValueError, "13 items need a bitmap of 2 bytes, got 3", False),
+    ("a bit past the items", ValueError, "sparse plane 1: the bitmap sets bits past its 13",
+     False),
+    ("a value too few", ValueError, r"sparse plane 1: .* as many bits as there are values "
+     r"\(2\)", True),
+    ("a value too many", ValueError, r"as there are values \(4\)", True),
+    ("no value for the first bit", ValueError, r"as there are values \(0\)", True),
+])
+def test_the_unshuffle_kernel_refuses_sparse_planes_that_do_not_fit(case, error, message,
+                                                                     touched):
+    """Shapes (a bitmap's size, bits past the items) are refused before a byte is touched;
+    a bitmap whose bits are not as many as the values is found on the way (never reading
+    past the values), and the items are then undefined."""
+    items, planes, itemsize, sparse = _refused(case)
+    before = items.copy()
+    with pytest.raises(error, match=message):
+        unshuffle_xor(items, planes, itemsize, sparse)
+    if not touched:
+        assert np.array_equal(items, before)
+    fine = _refused("none")
+    unshuffle_xor(*fine)
+    assert fine[0].reshape(-1, 4)[[0, 3, 12], 1].tolist() == [1 ^ 1, 13 ^ 2, 49 ^ 3]
 
 
 @pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 4099])
@@ -291,14 +398,20 @@ def test_the_compact_kernel_is_numpys_bitmap_and_mask_even_in_place(count, densi
 
 
 def _sparse_blob(base: bytes, target: bytes, *, flags: int = 0b100, version: int = 2,
-                 bitmap_extra: bytes = b"", values_cut: int = 0, drop_frame: bool = False):
+                 bitmap_extra: bytes = b"", values_cut: int = 0, drop_frame: bool = False,
+                 bit_past: bool = False, values_extra: bytes = b""):
     """A float32 residual built by hand: planes 0, 1 and 3 a frame each, plane 2 as its
-    bitmap frame and its values frame (optionally damaged)."""
+    bitmap frame and its values frame (optionally damaged; ``bit_past``: a bit set past the
+    plane's end, and a value for it)."""
     planes = _planes(base, target)
     n = len(target) // 4
     carry = planes[2 * n:3 * n]
-    bitmap = np.packbits(carry != 0, bitorder="little").tobytes() + bitmap_extra
-    values = carry[carry != 0].tobytes()[values_cut:]
+    bitmap = np.packbits(carry != 0, bitorder="little")
+    if bit_past:
+        bitmap[-1] |= 0x80
+        values_extra += b"\x01"
+    bitmap = bitmap.tobytes() + bitmap_extra
+    values = carry[carry != 0].tobytes()[values_cut:] + values_extra
     parts = [planes[:n], planes[n:2 * n], bitmap, values, planes[3 * n:]]
     if drop_frame:
         parts.pop()
@@ -319,7 +432,10 @@ def test_a_sparse_plane_decodes_one_shot_and_streamed(monkeypatch, one_shot):
 @pytest.mark.parametrize("damage,message", [
     (dict(flags=0b1000), r"bad residual flags.*within 0x7.*got 0x8"),
     (dict(flags=0b100, version=1), r"bad residual flags.*within 0x0"),
-    (dict(values_cut=1), r"bad sparse plane: the bitmap"),
+    (dict(values_cut=1), r"bad sparse plane: sparse plane 2: the bitmap does not set as many"),
+    (dict(values_extra=b"\x07"), r"bad sparse plane: sparse plane 2: the bitmap does not set"),
+    (dict(bit_past=True), r"bad sparse plane: sparse plane 2: the bitmap sets bits past its "
+                          r"4099 items"),
     (dict(bitmap_extra=b"\0"), r"frame does not fit its plane.*exactly 513 bytes.*514"),
     (dict(drop_frame=True), r"does not have a frame per plane.*5 frames.*4"),
 ])
@@ -327,10 +443,34 @@ def test_a_sparse_plane_decodes_one_shot_and_streamed(monkeypatch, one_shot):
 def test_a_damaged_sparse_plane_is_refused(monkeypatch, damage, message, one_shot):
     base, target = _pair(np.float32, n=4099)
     monkeypatch.setattr(residual, "ONE_SHOT", one_shot)
-    if not one_shot and ("frame" in message or "values_cut" in damage):
+    if not one_shot and ("frame" in message or "values_cut" in damage or "values_extra" in
+                         damage):
         message = r"\[residual\]"                 # streamed: frames are not walked
     with pytest.raises(FormatError, match=message):
         decode_residual(base, _sparse_blob(base, target, **damage))
+
+
+@pytest.mark.parametrize("one_shot, message", [
+    (True, r"frame does not fit its plane.*at most 4099 bytes.*4104 bytes"),
+    (False, r"bad sparse plane: its bitmap sets more bits than the plane has bytes.*at most "
+            r"4099 bits.*4104"),
+])
+def test_a_bitmap_of_more_bits_than_its_plane_has_bytes_is_refused(monkeypatch, one_shot,
+                                                                   message):
+    """Every bit set, past the plane's end too, and a value for each: more values than the
+    plane's place holds. Refused before they are decoded (one-shot: by the values frame's
+    declared size; streamed: by the bitmap's count), so none is written past that place."""
+    base, target = _pair(np.float32, n=4099)
+    monkeypatch.setattr(residual, "ONE_SHOT", one_shot)
+    blob = _sparse_blob(base, target)
+    planes = _planes(base, target)
+    n = len(target) // 4
+    parts = [planes[:n], planes[n:2 * n], b"\xff" * 513, b"\x01" * 513 * 8, planes[3 * n:]]
+    payload = b"".join(zstd.ZstdCompressor().compress(bytes(p)) for p in parts)
+    head = bytearray(blob[:HEADER.size])
+    struct.pack_into("<Q", head, HEADER.size - 8, len(payload))
+    with pytest.raises(FormatError, match=message):
+        decode_residual(base, bytes(head) + payload)
 
 
 def test_a_version_1_residual_of_one_frame_still_decodes():

@@ -6,13 +6,20 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import struct
 
 import numpy as np
 import pytest
+import zstandard as zstd
 from snapops.formats.errors import FormatError
 from snapops.formats.generation.load import load_from_source
 from snapops.formats.generation.manifest import ShardRecord, parse_manifest
-from snapops.formats.generation.residual import HEADER, decode_residual, encode_residual
+from snapops.formats.generation.residual import (
+    HEADER,
+    decode_residual,
+    encode_residual,
+    read_header,
+)
 from snapops.formats.generation.source import FolderSource
 from snapops.formats.generation.verify import verify_generation
 from snapops.formats.generation.write import (
@@ -206,18 +213,25 @@ def test_only_a_durable_store_fsyncs_the_shards_it_rebuilds(tmp_path, monkeypatc
     assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("lengths,itemsizes", [
-    ([4000, 4003, 3998, 4001, 4001, 4010], None),                # one run of five residuals
-    ([4000, 4000, 4000, 4000], [2] * 4),
-    ([4000, 4003, 9000, 9004, 8999, 12, 15], None),              # jumps start new runs
-    ([4000, 4001, 4002, 4005, 4003], [4, 4, 2, 2, 8]),           # the item size changes
-    ([7, 5, 9, 3], None),                                        # shorter than two items
+@pytest.mark.parametrize("lengths,itemsizes,every", [
+    ([4000, 4003, 3998, 4001, 4001, 4010], None, 97),           # one run of five residuals
+    ([4000, 4000, 4000, 4000], [2] * 4, 97),
+    ([4000, 4003, 9000, 9004, 8999, 12, 15], None, 97),         # jumps start new runs
+    ([4000, 4001, 4002, 4005, 4003], [4, 4, 2, 2, 8], 97),      # the item size changes
+    ([7, 5, 9, 3], None, 97),                                   # shorter than two items
+    ([80_004, 80_000, 80_001, 80_004, 79_999, 80_004, 80_004, 80_003], None, 4099),
+    ([4000] * 4, [8] * 4, 8),                     # only plane 0 changes: others no values
 ])
-def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsizes):
+def test_a_chain_restores_as_its_residuals_one_by_one(tmp_path, lengths, itemsizes, every):
     """However the residuals group into plane runs, the restored shard is the one that
-    decoding them one at a time gives."""
+    decoding them one at a time gives; their sparse planes (every ``every``-th byte changes:
+    each case has some; at 1 in 4099, a chain of 7 whose bitmaps are nearly all zero words)
+    are applied from their bitmaps."""
     store = ObjectStore(tmp_path / "cache")
-    records, files = _chain(store, lengths, itemsizes=itemsizes)
+    records, files = _chain(store, lengths, itemsizes=itemsizes, every=every)
+    heads = [read_header(store.path(records[gen].object).read_bytes())
+             for gen in range(2, len(files) + 1)]
+    assert any(head.sparse for head in heads)
     assert store.shard(records[len(files)], records.get).read_bytes() == files[-1]
     one_by_one = files[0]
     for gen in range(2, len(files) + 1):
@@ -247,6 +261,54 @@ def test_a_damaged_residual_payload_is_a_typed_failure_and_caches_nothing(tmp_pa
     blob.write_bytes(bytes(damaged))
     with pytest.raises(FormatError, match=rf"\[{check}\]"):
         store.shard(records[3], records.get)
+    assert not store.has(records[3].sha256)
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
+
+
+def _with_a_bad_bitmap(blob: bytes, damage: str) -> bytes:
+    """``blob``, a residual whose plane 0 is sparse (its first two frames), with that plane's
+    bitmap and values made not to match: a bit set past the plane's end (and a value for it,
+    so that only the bit is wrong), or one value fewer than bits set."""
+    payload = memoryview(blob)[HEADER.size:]
+    frames, at = [], 0
+    for size, _ in frame_sizes(payload):
+        frames.append(zstd.ZstdDecompressor().decompress(payload[at:at + size]))
+        at += size
+    bitmap, values = bytearray(frames[0]), frames[1]
+    if damage == "a bit past the plane":
+        bitmap[-1] |= 0x80
+        values += b"\x01"
+    else:
+        values = values[:-1]
+    frames[:2] = [bytes(bitmap), values]
+    damaged = b"".join(zstd.ZstdCompressor().compress(frame) for frame in frames)
+    head = bytearray(blob[:HEADER.size])
+    struct.pack_into("<Q", head, HEADER.size - 8, len(damaged))
+    return bytes(head) + damaged
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("a bit past the plane", "sparse plane 0: the bitmap sets bits past its 10001 items"),
+    ("a value too few", "sparse plane 0: the bitmap does not set as many bits as there are"),
+])
+@pytest.mark.parametrize("gen", [2, 3])
+def test_a_sparse_plane_whose_bitmap_does_not_match_its_values_is_refused(tmp_path, damage,
+                                                                        message, gen):
+    """A residual of the chain (its first or its last) stored with such a plane, under its
+    own digest as a server would hand it out: the restore fails with a typed error, cached or
+    unhashed, and leaves nothing behind."""
+    store = ObjectStore(tmp_path / "cache")
+    records, _ = _chain(store, [40_004] * 3)
+    blob = store.path(records[gen].object).read_bytes()
+    assert read_header(blob).sparse & 1 and (40_004 // 4) % 8
+    oid, size = store.put_written(lambda f: f.write(_with_a_bad_bitmap(blob, damage)))
+    forged = {**records, gen: dataclasses.replace(records[gen], object=oid, object_size=size)}
+    pattern = rf"\[residual\] residual payload has a bad sparse plane: {message}"
+    with pytest.raises(FormatError, match=pattern):
+        store.shard(forged[3], forged.get)
+    with pytest.raises(FormatError, match=pattern):
+        with store.unhashed_shard(forged[3], forged.get):
+            pass
     assert not store.has(records[3].sha256)
     assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
 
