@@ -397,7 +397,7 @@ class ObjectStore:
         second copy of the shard through ``write``); the result's SHA-256 when asked."""
         longest = max([first.stat().st_size] + [h.target_length for h in heads])
         check_declared("residual target", longest, DEFAULT_LIMITS, path)
-        room = max(planes_room(h) for h in heads)
+        room = max((planes_room(h) for h in heads), default=0)
         spares = [self._spares.take(room) for _ in range(IN_FLIGHT)]
         try:
             os.ftruncate(out.fileno(), longest)
