@@ -15,6 +15,7 @@ from concurrent.futures import CancelledError, Future
 
 import numpy as np
 
+from .. import sha256lanes
 from ..sha256lanes import Running, feed, hmac_from_inner, hmac_inner_prefix
 from ._heads import hex_digits
 from ._prepare import PreparedArray
@@ -33,8 +34,14 @@ class ArrayHashes:
         self.mac: Future | None = Future() if key is not None else None
 
     def start(self, pool) -> None:
-        """Submit the pass to ``pool``."""
-        pool.submit(self._run).add_done_callback(self._settle)
+        """Submit the pass to ``pool``: one task where the SHA-256 kernel interleaves the
+        messages; with hashlib (a CPU without the SHA extensions), whose passes cost the same
+        together or apart, the HMAC's pass as a task of its own, on the other core."""
+        alone = self.mac is not None and not sha256lanes.KERNEL
+        mine = [*self._chunks.values(), self.sha] + ([] if alone else [self.mac])
+        pool.submit(self._run, not alone).add_done_callback(lambda task: _settle(task, mine))
+        if alone:
+            pool.submit(self._run_mac).add_done_callback(lambda task: _settle(task, [self.mac]))
 
     def chunk_hex(self, first: int) -> np.ndarray:
         """(count, 64) hex digits of the SHA-256s of the run that starts at chunk ``first``,
@@ -42,22 +49,29 @@ class ArrayHashes:
         digests = self._chunks[first].result()
         return hex_digits(np.frombuffer(digests, np.uint8).reshape(-1, 32))
 
-    def _run(self) -> None:
+    def _run(self, with_mac: bool) -> None:
         plan, raw = self._array.plan, self._array.raw
         running = [Running()]
-        if self._key is not None:
+        if with_mac and self._key is not None:
             running.append(Running(hmac_inner_prefix(self._key, self._salt)))
         for first, count, length in self._runs:
             start = first * plan.chunk_len
             self._chunks[first].set_result(
                 feed(raw[start:start + count * length], max(length, 1), running))
         self.sha.set_result(running[0].hexdigest())
-        if self.mac is not None:
+        if len(running) > 1:
             self.mac.set_result(hmac_from_inner(self._key, running[1].digest()).hex())
 
-    def _settle(self, task: Future) -> None:
-        """After the task (done, failed or cancelled): fail whatever it left unresolved."""
-        error = CancelledError() if task.cancelled() else task.exception()
-        for future in [*self._chunks.values(), self.sha, self.mac]:
-            if future is not None and not future.done():
-                future.set_exception(error or RuntimeError("array hashes not computed"))
+    def _run_mac(self) -> None:
+        inner = Running(hmac_inner_prefix(self._key, self._salt))
+        inner.update(self._array.raw)
+        self.mac.set_result(hmac_from_inner(self._key, inner.digest()).hex())
+
+
+def _settle(task: Future, futures: list[Future | None]) -> None:
+    """After a task (done, failed or cancelled): fail whatever of its ``futures`` it left
+    unresolved."""
+    error = CancelledError() if task.cancelled() else task.exception()
+    for future in futures:
+        if future is not None and not future.done():
+            future.set_exception(error or RuntimeError("array hashes not computed"))

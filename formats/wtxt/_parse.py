@@ -18,6 +18,7 @@ import pybase64
 from ..errors import ChecksumError, FormatError, SignatureError, UnsupportedVersionError
 from .._alloc import tune_allocator
 from ..integrity import FastXor, merkle_link
+from .. import sha256lanes
 from ..sha256lanes import Running, feed, hmac_from_inner, hmac_inner_prefix
 from ..workers import HelperPool
 from ._chunks import ChunkReader
@@ -251,27 +252,46 @@ class Lane:
 
 
 class Lanes:
-    """The running hashes of a parse: the array SHA-256, the array HMAC's inner message and
-    the root hash (``sha256_all`` with ``fastxor``), fed together in one Lane (their SHA-256
-    rounds interleaved by :mod:`..sha256lanes`: three messages at 1.68x the speed of one,
-    where three Lanes used both cores for them); at most ``BACKLOG`` updates wait at once
-    (they hold decoded bytes)."""
+    """The running hashes of a parse: the array SHA-256 (``ARRAY``), the root hash
+    (``ROOT``: ``sha256_all`` with ``fastxor``) and the array HMAC's inner message (``MAC``).
+    Where the SHA-256 kernel runs (:mod:`..sha256lanes`) they are fed together in one Lane,
+    their rounds interleaved (three messages at 1.68x the speed of one); with hashlib (a CPU
+    without the SHA extensions) each has a Lane of its own, so that the three passes share
+    both cores. At most ``BACKLOG`` updates wait at once (they hold decoded bytes)."""
 
     BACKLOG = 24
+    ARRAY, ROOT, MAC = 0, 1, 2
 
     def __init__(self, pool: Executor) -> None:
-        self.digests = Lane(pool)
+        self.together = sha256lanes.KERNEL
+        self._lanes = [Lane(pool) for _ in range(1 if self.together else 3)]
         self._backlog: collections.deque = collections.deque()
 
-    def submit(self, fn, *args) -> Future:
-        fut = self.digests.submit(fn, *args)
+    def submit(self, role: int, fn, *args) -> Future:
+        """``fn(*args)`` in order after the updates of the Lane that feeds ``role``."""
+        fut = self._lanes[0 if self.together else role].submit(fn, *args)
         self._backlog.append(fut)
         while len(self._backlog) > self.BACKLOG:
             self._backlog.popleft().result()
         return fut
 
+    def feed(self, running: list[Running], fx: FastXor, raw) -> None:
+        """``raw`` into the running hashes, in the order ``ARRAY, ROOT[, MAC]``, and
+        ``fastxor``."""
+        if self.together:
+            self.submit(self.ARRAY, _update_all, running, fx, raw)
+            return
+        for role, one in enumerate(running):
+            self.submit(role, _update_all, [one], fx if role == self.ROOT else None, raw)
+
+    def drain(self) -> None:
+        """Wait for every update submitted so far."""
+        for role in range(len(self._lanes)):
+            self.submit(role, lambda: None).result()
+
     def cancel(self) -> None:
-        self.digests.cancel()
+        for lane in self._lanes:
+            lane.cancel()
 
 
 class DeferredChecks:
@@ -332,7 +352,7 @@ def _parse(reader, checks: Checks, sink, require_signature: bool, threads: int,
             deferred.run(keep=2)      # checked a little later: no stall per array
             no, line = reader.readline()
         deferred.run()
-        lanes.submit(lambda: None).result()
+        lanes.drain()
     except FormatError:
         deferred.run()                # a failure earlier in the file is the one to report
         raise
@@ -377,15 +397,15 @@ def _read_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, po
     key = checks.hmac_key if not arr.unauthenticated else None
     if key is not None:
         running.append(Running(hmac_inner_prefix(key, bytes.fromhex(arr.salt))))
-    lanes.submit(total.update, arr.line().encode("ascii"))
+    lanes.submit(lanes.ROOT, total.update, arr.line().encode("ascii"))
     dest = sink(info) if sink else None
     for raw in ChunkReader(reader, arr.name, info.plan, pool, dest):
-        lanes.submit(_update_all, running, fx, raw)
+        lanes.feed(running, fx, raw)
     no, end = reader.readline()
     if end != b"endarr":
         raise grammar_error(no, "endarr", end, array=arr.name)
-    digest = lanes.submit(running[0].hexdigest)
-    mac_value = lanes.submit(lambda: hmac_from_inner(key, running[2].digest()).hex()) \
+    digest = lanes.submit(lanes.ARRAY, running[0].hexdigest)
+    mac_value = lanes.submit(lanes.MAC, lambda: hmac_from_inner(key, running[2].digest()).hex()) \
         if key is not None else None
 
     def check() -> None:
@@ -410,9 +430,10 @@ def _decode_array_body(reader, info: ArrayInfo, checks: Checks, gen: str, sink, 
     return lambda: None
 
 
-def _update_all(running: list[Running], fx: FastXor, raw) -> None:
+def _update_all(running: list[Running], fx: FastXor | None, raw) -> None:
     feed(raw, 0, running)
-    fx.update(raw)
+    if fx is not None:
+        fx.update(raw)
 
 
 def attach_wsum(header: Header, checks: Checks, require_signature: bool,
