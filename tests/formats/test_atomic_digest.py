@@ -104,14 +104,17 @@ warnings.simplefilter("ignore", ResourceWarning)
 faulthandler.dump_traceback_later(60, exit=True)
 rng, piece, interrupted = random.Random(7), bytes(1 << 20), 0
 for i in range(600):
-    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.004))
-    try:
-        with atomic_write_digest(os.path.join(sys.argv[1], "x.bin"), stable=bool(i % 2)) as f:
-            for _ in range(8):
-                f.write(piece)
+    try:                # the alarm may also land before the write starts or after it ended
+        try:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.004))
+            with atomic_write_digest(os.path.join(sys.argv[1], "x.bin"),
+                                     stable=bool(i % 2)) as f:
+                for _ in range(8):
+                    f.write(piece)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except KeyboardInterrupt:
         interrupted += 1
-    signal.setitimer(signal.ITIMER_REAL, 0)
 print(interrupted, os.listdir(sys.argv[1]))
 """
 

@@ -235,16 +235,23 @@ warm = os.path.join(sys.argv[1], "warm.pt")     # imports done: the interrupt la
 snapops.save(big, warm)
 os.unlink(warm)
 
+armed = False
+
 def interrupt(*_):
-    raise KeyboardInterrupt
+    if armed:       # a timer that fired as the save ended must not hit the reset below
+        raise KeyboardInterrupt
 
 signal.signal(signal.SIGALRM, interrupt)
 for delay in (0.02, 0.05, 0.1, 0.2):
-    signal.setitimer(signal.ITIMER_REAL, delay)
     try:
-        snapops.save(big, target)
+        try:
+            armed = True
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            snapops.save(big, target)
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as exc:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         left = sorted(os.listdir(sys.argv[1]))
         print(type(exc).__name__, list(snapops.load(target).arrays), left)
         break
